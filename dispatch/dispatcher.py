@@ -1,0 +1,204 @@
+"""The dispatcher: turns due fires into runs (PRODUCT.md §3, §4 ``dispatch``).
+
+``Dispatcher.tick()`` does one batch in one transaction:
+
+1. Lock up to ``batch_size`` due active jobs (``FOR UPDATE SKIP LOCKED`` on
+   PostgreSQL, so any number of dispatchers share the due set without a
+   leader).
+2. Read how many runs each is already running or waiting (overlap policy).
+3. Plan each job's fires up to the database's ``now()`` (dispatch/planning.py:
+   misfire and overlap policies, pure).
+4. Insert the runs with ``ON CONFLICT DO NOTHING`` and advance ``next_fire_at``
+   in one statement, then commit.
+
+``run_once()`` ticks until the due set is drained, then does housekeeping:
+heartbeat, ``resume_at`` auto-resumes, failing runs whose last lease expired,
+and a small batch of retention pruning. ``run_forever()`` sleeps until the
+earliest next fire (capped at MAX_SLEEP) between rounds, so fires don't wait
+on a fixed poll.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import OperationalError, close_old_connections, connection, transaction
+
+from dispatch import fleet, queries
+from dispatch.planning import PENDING, plan_job
+from jobs.schedules import jitter_offset
+
+log = logging.getLogger("punctual.dispatch")
+
+MAX_SLEEP = 1.0
+HEARTBEAT_EVERY = 2.0
+LAG_SAMPLE_EVERY = 10.0
+HOUSEKEEPING_EVERY = 5.0
+PRUNE_BATCH = 1000
+
+
+@dataclass
+class TickResult:
+    jobs: int = 0
+    created: dict[str, int] = field(default_factory=dict)
+    now: dt.datetime | None = None
+
+    @property
+    def runs(self) -> int:
+        return sum(self.created.values())
+
+    @property
+    def fires(self) -> int:
+        return self.created.get(PENDING, 0)
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        *,
+        batch_size: int = 1000,
+        shard: tuple[int, int] | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.batch_size = batch_size
+        self.shard = shard
+        self.registration = fleet.Registration("dispatcher", name)
+        self.stopping = threading.Event()
+        self._next_beat = 0.0
+        self._next_sample = 0.0
+        self._next_housekeeping = 0.0
+
+    # -- one batch ------------------------------------------------------------
+
+    def tick(self, now: dt.datetime | None = None) -> TickResult:
+        """One batch of due jobs, one transaction. ``now`` is for tests only:
+        production passes None, and the database clock decides."""
+        with transaction.atomic():
+            now = now or queries.db_now()
+            due = queries.lock_due_jobs(now, self.batch_size, self.shard)
+            if not due:
+                return TickResult(now=now)
+            exclusive_ids = [j.id for j in due if j.overlap_policy != "allow"]
+            active = queries.active_counts(exclusive_ids)
+            runs, advances = [], []
+            for job in due:
+                plan = plan_job(job, now, active.get(job.id, 0))
+                offset = dt.timedelta(seconds=jitter_offset(job.id, job.jitter_seconds))
+                for r in plan.runs:
+                    waiting = r.state == PENDING
+                    runs.append(
+                        (
+                            job.id,
+                            r.scheduled_at,
+                            r.kind,
+                            r.state,
+                            r.reason,
+                            job.max_attempts,
+                            r.scheduled_at + offset if waiting else None,
+                            None if waiting else now,
+                            job.target_kind,
+                            job.overlap_policy != "allow",
+                        )
+                    )
+                advances.append((job.id, plan.next_fire_at))
+                if plan.missed_uncounted:
+                    log.warning(
+                        "misfires beyond the recorded cap",
+                        extra={"job_id": str(job.id), "uncounted": plan.missed_uncounted},
+                    )
+            created = queries.insert_runs_and_advance(now, runs, advances)
+        if created.get("missed") or created.get("skipped"):
+            log.info("fires not run", extra={"now": now.isoformat(), **created})
+        return TickResult(jobs=len(due), created=created, now=now)
+
+    # -- the loop -------------------------------------------------------------
+
+    def run_once(self) -> TickResult:
+        """Drain the due set batch by batch, then do housekeeping."""
+        total = TickResult()
+        while not self.stopping.is_set():
+            result = self.tick()
+            total.jobs += result.jobs
+            total.now = result.now
+            for state, n in result.created.items():
+                total.created[state] = total.created.get(state, 0) + n
+            if result.jobs < self.batch_size:
+                break
+        self.housekeeping(fires=total.fires)
+        return total
+
+    def housekeeping(self, fires: int = 0) -> None:
+        mono = time.monotonic()
+        if mono >= self._next_beat:
+            self._next_beat = mono + HEARTBEAT_EVERY
+            self.registration.beat(stopping=self.stopping.is_set())
+        if mono >= self._next_sample:
+            self._next_sample = mono + LAG_SAMPLE_EVERY
+            now = queries.db_now()
+            earliest = queries.earliest_next_fire()
+            lag = max(0.0, (now - earliest).total_seconds()) if earliest else 0.0
+            fleet.record_lag(lag, fires, now)
+        if mono >= self._next_housekeeping:
+            self._next_housekeeping = mono + HOUSEKEEPING_EVERY
+            self._auto_resume()
+            self._reap_and_prune()
+
+    def _auto_resume(self) -> None:
+        from jobs.models import Channel, Job, JobState
+
+        now = queries.db_now()
+        for job in Job.objects.live().filter(state=JobState.PAUSED, resume_at__lte=now)[:100]:
+            job.resume(channel=Channel.SYSTEM)
+            log.info("auto-resumed", extra={"job_id": str(job.pk)})
+
+    def _reap_and_prune(self) -> None:
+        from runs import leases, retention
+
+        now = queries.db_now()
+        leases.fail_exhausted(now)
+        cutoff = now - dt.timedelta(days=settings.PUNCTUAL_RUN_RETENTION_DAYS)
+        retention.prune_batch(cutoff, PRUNE_BATCH)
+        fleet.prune(now)
+
+    def seconds_until_next_fire(self) -> float:
+        earliest = queries.earliest_next_fire()
+        if earliest is None:
+            return MAX_SLEEP
+        wait = (earliest - queries.db_now()).total_seconds()
+        return min(MAX_SLEEP, max(0.0, wait))
+
+    def run_forever(self) -> None:
+        """Loop until SIGTERM/SIGINT; survive the database going away."""
+        self.install_signal_handlers()
+        log.info("dispatcher started", extra={"name": self.registration.name})
+        while not self.stopping.is_set():
+            try:
+                self.run_once()
+                wait = self.seconds_until_next_fire()
+            except OperationalError as exc:
+                # The database restarted or is unreachable: drop the broken
+                # connection and try again shortly. Nothing is lost: a tick
+                # that did not commit changed nothing.
+                log.warning("database unavailable, retrying", extra={"error": str(exc)})
+                close_old_connections()
+                connection.close()
+                wait = MAX_SLEEP
+            self.stopping.wait(wait)
+        try:
+            self.registration.leave()
+        except OperationalError:
+            pass
+        log.info("dispatcher stopped", extra={"name": self.registration.name})
+
+    def install_signal_handlers(self) -> None:
+        def stop(signum, frame):
+            self.stopping.set()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)

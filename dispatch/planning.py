@@ -1,0 +1,152 @@
+"""Pure dispatch decisions: which fires of a due job become which runs.
+
+No database and no clock here: the dispatcher passes the job's row, the
+database's ``now`` and how many runs of the job are active, and gets back the
+rows to insert and the job's next fire. ``tests/unit/test_planning.py`` pins the
+misfire and overlap rules of PRODUCT.md §3 case by case.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import deque
+from dataclasses import dataclass, field
+
+from jobs.schedules import Schedule
+
+# PRODUCT.md §3: at most 100 missed rows per job per recovery; any beyond are
+# only counted (and logged), never an uncapped burst of rows.
+MAX_MISSED_ROWS = 100
+# A cron job down for years would take a while to enumerate minute by minute;
+# past this many fires the rest is jumped over and only counted as "at least".
+MAX_ENUMERATED_FIRES = 200_000
+
+SCHEDULED, CATCH_UP = "scheduled", "catch_up"
+PENDING, MISSED, SKIPPED = "pending", "missed", "skipped"
+
+
+@dataclass(frozen=True)
+class DueJob:
+    """The columns of a locked due job that the decision needs."""
+
+    id: object
+    cron: str | None
+    interval_seconds: int | None
+    timezone: str
+    start_at: dt.datetime | None
+    created_at: dt.datetime
+    next_fire_at: dt.datetime
+    misfire_policy: str
+    max_catchup: int
+    misfire_grace_seconds: int
+    overlap_policy: str
+    jitter_seconds: int = 0
+    max_attempts: int = 3
+    target_kind: str = "webhook"
+
+    @property
+    def schedule(self) -> Schedule:
+        return Schedule(
+            cron=self.cron,
+            interval_seconds=self.interval_seconds,
+            timezone=self.timezone,
+            start_at=self.start_at,
+            anchor=self.created_at,
+        )
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    scheduled_at: dt.datetime
+    kind: str
+    state: str
+    reason: str = ""
+
+
+@dataclass
+class Plan:
+    runs: list[PlannedRun] = field(default_factory=list)
+    next_fire_at: dt.datetime | None = None
+    missed_uncounted: int = 0  # misfires beyond the row cap: logged only
+
+    def count(self, state: str) -> int:
+        return sum(1 for r in self.runs if r.state == state)
+
+
+def _due_fires(job: DueJob, now: dt.datetime) -> tuple[list[dt.datetime], int, dt.datetime | None]:
+    """Fires in [next_fire_at, now], ascending, keeping only the tail that can
+    matter (the rest is returned as a count), and the first fire after now.
+
+    Interval schedules are plain arithmetic, so a week-long outage of a 1 s job
+    costs nothing. Cron schedules are enumerated, up to a cap.
+    """
+    keep = MAX_MISSED_ROWS + max(job.max_catchup, 1) + 1
+    if job.interval_seconds:
+        step = dt.timedelta(seconds=job.interval_seconds)
+        total = (now - job.next_fire_at) // step + 1
+        first_kept = max(0, total - keep)
+        fires = [job.next_fire_at + step * k for k in range(first_kept, total)]
+        return fires, first_kept, job.next_fire_at + step * total
+
+    schedule = job.schedule
+    tail: deque[dt.datetime] = deque(maxlen=keep)
+    seen = 0
+    upcoming = None
+    for fire in schedule.iter_fires(job.next_fire_at, inclusive=True):
+        if fire > now:
+            upcoming = fire
+            break
+        tail.append(fire)
+        seen += 1
+        if seen >= MAX_ENUMERATED_FIRES:
+            upcoming = schedule.next_fire(now)
+            break
+    return list(tail), seen - len(tail), upcoming
+
+
+def plan_job(job: DueJob, now: dt.datetime, active_runs: int) -> Plan:
+    """Decide the runs for one due job.
+
+    1. List the due fires (scheduled_at <= now) from next_fire_at.
+    2. Split them: reached within misfire_grace_seconds -> on time (run, even if
+       late: that is "delayed", and shows as lag); older -> misfires.
+    3. Misfire policy: ``skip`` records misfires as ``missed``; ``catch_up`` runs
+       the most recent ``max_catchup`` of them (kind ``catch_up``) and records
+       older ones as ``missed``. Missed rows are capped at MAX_MISSED_ROWS.
+    4. Overlap policy over the runnable fires, given the runs already active:
+       ``skip`` records a fire as ``skipped`` while a run is active; ``queue``
+       keeps at most one waiting behind the active one; ``allow`` runs all.
+       Catch-up runs are exempt: the owner asked for them, and the claim query
+       still runs them one at a time, oldest first, under skip/queue.
+    5. Advance next_fire_at to the first fire after now.
+    """
+    fires, dropped, upcoming = _due_fires(job, now)
+    grace = dt.timedelta(seconds=job.misfire_grace_seconds)
+    misfires = [f for f in fires if now - f > grace]
+    on_time = fires[len(misfires) :]
+    plan = Plan(next_fire_at=upcoming)
+
+    catch_up: list[dt.datetime] = []
+    if job.misfire_policy == "catch_up" and misfires:
+        catch_up = misfires[-job.max_catchup :]
+        misfires = misfires[: -job.max_catchup]
+        reason = "over catch-up cap"
+    else:
+        reason = "past grace"
+    recorded = misfires[-MAX_MISSED_ROWS:]
+    plan.missed_uncounted = dropped + len(misfires) - len(recorded)
+    plan.runs.extend(PlannedRun(f, SCHEDULED, MISSED, reason) for f in recorded)
+
+    active = active_runs
+    for fire in catch_up:
+        plan.runs.append(PlannedRun(fire, CATCH_UP, PENDING))
+        active += 1
+    for fire in on_time:
+        if job.overlap_policy == "skip" and active > 0:
+            plan.runs.append(PlannedRun(fire, SCHEDULED, SKIPPED, "overlap"))
+        elif job.overlap_policy == "queue" and active > 1:
+            plan.runs.append(PlannedRun(fire, SCHEDULED, SKIPPED, "overlap"))
+        else:
+            plan.runs.append(PlannedRun(fire, SCHEDULED, PENDING))
+            active += 1
+    return plan

@@ -1,0 +1,383 @@
+"""The delivery engine behind ``manage.py work`` (PRODUCT.md §4, §1.2-1.4).
+
+One asyncio event loop keeps up to ``concurrency`` webhook deliveries in
+flight through one aiohttp session: thousands of slow receivers cost sockets,
+not threads. Every database call runs on one dedicated thread with its own
+connection (``self._db``), so the event loop never blocks on SQL, and that
+thread naturally batches: while one statement runs, the next batch gathers.
+
+Four loops share the state:
+
+- claim: take as many due runs as there are free slots, in one statement; if
+  the batch came back full, claim again at once, otherwise wait for a free
+  slot or the poll interval;
+- deliver: one task per run (dispatch/webhooks.py does the HTTP);
+- complete: every COMPLETE_EVERY seconds, write all finished results in one
+  fenced statement (runs/leases.py);
+- heartbeat: every lease/3 seconds, extend every held lease in one statement.
+  A lease reported lost cancels its delivery: someone else owns the run now.
+
+On SIGTERM the worker stops claiming, lets the deliveries in flight finish
+(each is bounded by its timeout, inside its lease), writes their results, and
+releases anything still held so another worker can take it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import random
+import signal
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import OperationalError, close_old_connections, connection, connections
+
+from dispatch import fleet, webhooks
+from jobs import crypto
+from runs import leases
+from runs.retry import Outcome, next_retry_delay
+
+log = logging.getLogger("punctual.worker")
+
+UTC = dt.UTC
+COMPLETE_EVERY = 0.02
+POLL_INTERVAL = 0.1
+BEAT_EVERY = 2.0
+MAX_CLAIM = 200
+
+
+def decide(
+    claimed: leases.Claimed,
+    result: webhooks.DeliveryResult,
+    *,
+    started_at: dt.datetime | None,
+    now: dt.datetime,
+    rng: random.Random,
+) -> leases.Result:
+    """Turn one attempt's outcome into the run's next state (pure)."""
+    base = dict(
+        run_id=claimed.run_id,
+        job_id=claimed.job_id,
+        attempt=claimed.attempt,
+        status_code=result.status_code,
+        started_at=started_at,
+        duration_ms=result.duration_ms,
+        gone=result.gone,
+    )
+    if result.outcome is Outcome.SUCCESS:
+        return leases.Result(
+            state="succeeded", attempt_outcome="succeeded", error=result.excerpt[:500], **base
+        )
+    error = result.error or result.excerpt
+    if result.outcome is Outcome.RETRYABLE and claimed.attempt < claimed.max_attempts:
+        delay = next_retry_delay(
+            claimed.attempt,
+            claimed.retry_backoff_seconds,
+            result.status_code,
+            result.retry_after,
+            now,
+            rng,
+        )
+        return leases.Result(
+            state="retrying", retry_in=delay, attempt_outcome="failed", error=error, **base
+        )
+    reason = "attempts exhausted" if result.outcome is Outcome.RETRYABLE else "permanent error"
+    return leases.Result(
+        state="failed",
+        reason=reason,
+        attempt_outcome="failed" if result.outcome is Outcome.RETRYABLE else "permanent",
+        error=error,
+        **base,
+    )
+
+
+@dataclass
+class _Held:
+    claimed: leases.Claimed
+    task: asyncio.Task | None = None
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        concurrency: int = 500,
+        lease_seconds: int = 30,
+        name: str | None = None,
+        allow_private: bool | None = None,
+        poll_interval: float = POLL_INTERVAL,
+    ) -> None:
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.registration = fleet.Registration("worker", name)
+        self.name = self.registration.name
+        self.allow_private = (
+            settings.PUNCTUAL_ALLOW_PRIVATE_TARGETS if allow_private is None else allow_private
+        )
+        self.poll_interval = poll_interval
+        self.rng = random.Random()
+        self.held: dict[uuid.UUID, _Held] = {}
+        self.in_flight = 0
+        self.results: list[leases.Result] = []
+        self.delivered = 0
+        self.stopping = threading.Event()
+        self._secrets: dict[tuple, list[str]] = {}
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="punctual-db")
+        self._wake: asyncio.Event | None = None
+        self._session = None
+
+    # -- the database thread ------------------------------------------------
+
+    async def _db(self, fn, *args, **kwargs):
+        """Run ``fn`` on the dedicated database thread."""
+
+        def call():
+            try:
+                return fn(*args, **kwargs)
+            except OperationalError:
+                # A restarted or unreachable database: drop this thread's
+                # connection so the next call opens a fresh one.
+                connection.close()
+                raise
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    # -- delivery -------------------------------------------------------------
+
+    def _signing_secrets(self, c: leases.Claimed, now: dt.datetime) -> list[str]:
+        key = (c.job_id, c.secret_encrypted, c.previous_secret_encrypted, c.previous_secret_until)
+        secrets = self._secrets.get(key)
+        if secrets is None:
+            secrets = [crypto.decrypt(c.secret_encrypted)]
+            if c.previous_secret_encrypted and c.previous_secret_until:
+                secrets.append(crypto.decrypt(c.previous_secret_encrypted))
+            if len(self._secrets) > 10_000:
+                self._secrets.clear()
+            self._secrets[key] = secrets
+        if c.previous_secret_until and c.previous_secret_until <= now:
+            return secrets[:1]
+        return secrets
+
+    async def _deliver(self, c: leases.Claimed) -> None:
+        now = dt.datetime.now(UTC)
+        extra = {"run_id": str(c.run_id), "job_id": str(c.job_id), "attempt": c.attempt}
+        try:
+            try:
+                secrets = self._signing_secrets(c, now)
+            except crypto.SecretUnavailable as exc:
+                # Fail closed: never send a webhook unsigned.
+                result = webhooks.DeliveryResult(
+                    outcome=Outcome.PERMANENT,
+                    status_code=None,
+                    error=str(exc),
+                    excerpt="",
+                    duration_ms=0,
+                    retry_after=None,
+                    gone=False,
+                )
+            else:
+                delivery = webhooks.Delivery(
+                    run_id=str(c.run_id),
+                    job_id=str(c.job_id),
+                    job_name=c.job_name,
+                    scheduled_at=c.scheduled_at,
+                    kind=c.kind,
+                    attempt=c.attempt,
+                    payload=c.payload,
+                    url=c.url,
+                    secrets=secrets,
+                    timeout_seconds=c.timeout_seconds,
+                )
+                result = await webhooks.deliver(
+                    self._session, delivery, now=now, allow_private=self.allow_private
+                )
+            decided = decide(c, result, started_at=c.attempt_started_at, now=now, rng=self.rng)
+            if decided.state != "succeeded":
+                log.info("delivery failed", extra={**extra, "error": decided.error[:200]})
+            self.results.append(decided)
+        except asyncio.CancelledError:
+            log.warning("delivery abandoned: lease lost or shutting down", extra=extra)
+            raise
+        finally:
+            self.in_flight -= 1
+            self._wake.set()
+
+    # -- loops ----------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        while not self.stopping.is_set():
+            free = self.concurrency - self.in_flight
+            if free <= 0:
+                await self._sleep(self.poll_interval)
+                continue
+            limit = min(free, MAX_CLAIM)
+            try:
+                claimed = await self._db(
+                    leases.claim, self.name, limit=limit, lease_seconds=self.lease_seconds
+                )
+            except OperationalError as exc:
+                log.warning("claim failed: database unavailable", extra={"error": str(exc)})
+                await self._sleep(1.0)
+                continue
+            for c in claimed:
+                self.in_flight += 1
+                held = _Held(c)
+                self.held[c.run_id] = held
+                held.task = asyncio.create_task(self._deliver(c))
+            if len(claimed) < limit:
+                await self._sleep(self.poll_interval)
+
+    async def _sleep(self, seconds: float) -> None:
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    async def _flush(self) -> int:
+        if not self.results:
+            return 0
+        batch, self.results = self.results, []
+        try:
+            done = await self._db(leases.complete, self.name, batch)
+        except OperationalError as exc:
+            log.warning("complete failed: database unavailable", extra={"error": str(exc)})
+            self.results = batch + self.results
+            return 0
+        for r in batch:
+            self.held.pop(r.run_id, None)
+        self.delivered += len(done.applied)
+        if done.pauses:
+            await self._db(leases.apply_pauses, done.pauses)
+        return len(batch)
+
+    async def _complete_loop(self) -> None:
+        while not self.stopping.is_set() or self.in_flight:
+            await asyncio.sleep(COMPLETE_EVERY)
+            await self._flush()
+
+    async def _heartbeat_loop(self) -> None:
+        lease_every = max(0.2, self.lease_seconds / 3)
+        tick = min(lease_every, BEAT_EVERY)
+        next_lease = next_beat = 0.0
+        while not self.stopping.is_set() or self.in_flight:
+            mono = time.monotonic()
+            try:
+                if mono >= next_lease:
+                    next_lease = mono + lease_every
+                    await self._beat_leases()
+                if mono >= next_beat:
+                    next_beat = mono + BEAT_EVERY
+                    await self._db(
+                        self.registration.beat,
+                        in_flight=self.in_flight,
+                        stopping=self.stopping.is_set(),
+                    )
+            except OperationalError as exc:
+                log.warning("heartbeat failed: database unavailable", extra={"error": str(exc)})
+            await asyncio.sleep(tick)
+
+    async def _beat_leases(self) -> None:
+        pairs = [(run_id, h.claimed.attempt) for run_id, h in list(self.held.items())]
+        if not pairs:
+            return
+        kept = await self._db(leases.heartbeat, self.name, pairs)
+        for run_id, attempt in pairs:
+            if run_id not in kept and run_id in self.held:
+                lost = self.held.pop(run_id)
+                log.warning(
+                    "lease lost",
+                    extra={
+                        "run_id": str(run_id),
+                        "job_id": str(lost.claimed.job_id),
+                        "attempt": attempt,
+                    },
+                )
+                if lost.task and not lost.task.done():
+                    lost.task.cancel()
+
+    # -- entry points -----------------------------------------------------------
+
+    async def run(self) -> None:
+        self._wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self.stop)
+            except (NotImplementedError, RuntimeError):
+                pass
+        self._session = webhooks.make_session(
+            limit=self.concurrency, allow_private=self.allow_private
+        )
+        log.info("worker started", extra={"name": self.name, "concurrency": self.concurrency})
+        try:
+            await self._db(self.registration.beat)
+        except OperationalError:
+            pass
+        try:
+            await asyncio.gather(self._claim_loop(), self._complete_loop(), self._heartbeat_loop())
+        finally:
+            await self._shutdown()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _shutdown(self) -> None:
+        """Finish in-flight deliveries, write results, release the rest."""
+        tasks = [h.task for h in self.held.values() if h.task and not h.task.done()]
+        if tasks:
+            await asyncio.wait(tasks)
+        await self._flush()
+        leftovers = [(run_id, h.claimed.attempt) for run_id, h in self.held.items()]
+        try:
+            if leftovers:
+                n = await self._db(leases.release, self.name, leftovers)
+                log.info("released runs at shutdown", extra={"released": n})
+            await self._db(self.registration.leave)
+        except OperationalError:
+            pass
+        await self._session.close()
+        await self._db(connections.close_all)
+        self._executor.shutdown(wait=True)
+        log.info("worker stopped", extra={"name": self.name, "delivered": self.delivered})
+
+    def run_forever(self) -> None:
+        close_old_connections()
+        asyncio.run(self.run())
+
+    async def _run_once(self) -> int:
+        self._wake = asyncio.Event()
+        self._session = webhooks.make_session(
+            limit=self.concurrency, allow_private=self.allow_private
+        )
+        claimed = await self._db(
+            leases.claim, self.name, limit=self.concurrency, lease_seconds=self.lease_seconds
+        )
+        for c in claimed:
+            self.in_flight += 1
+            self.held[c.run_id] = _Held(c)
+        await asyncio.gather(*(self._deliver(c) for c in claimed))
+        await self._flush()
+        await self._session.close()
+        return len(claimed)
+
+    def run_once(self) -> int:
+        """Claim one batch, deliver it, write the results; returns runs claimed.
+
+        Database calls run on this thread here (no executor), so tests can use
+        it inside their own transaction-managed connection.
+        """
+
+        async def inline(fn, *args, **kwargs):
+            return fn(*args, **kwargs)
+
+        self._db = inline  # type: ignore[method-assign]
+        return asyncio.run(self._run_once())

@@ -1,0 +1,61 @@
+"""Webhook secrets: generation, and encryption at rest (PRODUCT.md §5).
+
+Secrets are stored encrypted with Fernet. The keys come from
+``PUNCTUAL_ENCRYPTION_KEYS`` (comma-separated, newest first, so keys can be
+rotated with MultiFernet). When that is empty, one key is derived from
+``SECRET_KEY`` with HKDF-SHA256, so that a default install is still encrypted.
+
+A missing or wrong key fails closed: ``decrypt`` raises, and the worker then
+refuses to deliver rather than send anything unsigned.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from django.conf import settings
+
+SECRET_PREFIX = "whsec_"
+SECRET_BYTES = 32
+
+
+class SecretUnavailable(Exception):
+    """The stored secret cannot be decrypted with the configured keys."""
+
+
+def generate_secret() -> str:
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
+
+
+def _derived_key() -> bytes:
+    hkdf = HKDF(
+        algorithm=hashes.SHA256(),
+        length=32,
+        salt=b"punctual-secrets-at-rest",
+        info=b"fernet-key-v1",
+    )
+    return base64.urlsafe_b64encode(hkdf.derive(settings.SECRET_KEY.encode()))
+
+
+def _fernet() -> MultiFernet:
+    keys = [k.strip() for k in settings.PUNCTUAL_ENCRYPTION_KEYS if k.strip()]
+    if not keys:
+        keys = [_derived_key().decode()]
+    return MultiFernet([Fernet(k) for k in keys])
+
+
+def encrypt(secret: str) -> str:
+    return _fernet().encrypt(secret.encode()).decode()
+
+
+def decrypt(token: str) -> str:
+    try:
+        return _fernet().decrypt(token.encode()).decode()
+    except (InvalidToken, ValueError) as exc:
+        raise SecretUnavailable(
+            "cannot decrypt the webhook secret with the configured keys"
+        ) from exc

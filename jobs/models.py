@@ -1,0 +1,408 @@
+"""Jobs: what to run, when, and where to deliver it (PRODUCT.md §2).
+
+The schedule math lives in ``jobs.schedules`` (pure); this module holds the
+rows and the domain verbs that change them: pause, resume, trigger,
+rotate_secret, backfill. Views, the admin and the API call these verbs; none of
+them update job rows behind the model's back.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db import models, transaction
+from django.db.models import Q
+
+from jobs import crypto
+from jobs.schedules import Schedule
+from scheduler_site.db import db_now
+
+if TYPE_CHECKING:
+    from runs.models import Run
+
+ROTATION_OVERLAP = dt.timedelta(hours=24)
+MAX_BACKFILL = 1000
+
+
+class TargetKind(models.TextChoices):
+    WEBHOOK = "webhook", "Webhook"
+    PULL = "pull", "Pull queue"
+
+
+class MisfirePolicy(models.TextChoices):
+    SKIP = "skip", "Skip (record as missed)"
+    CATCH_UP = "catch_up", "Catch up (run the most recent)"
+
+
+class OverlapPolicy(models.TextChoices):
+    SKIP = "skip", "Skip while one is active"
+    QUEUE = "queue", "Queue one"
+    ALLOW = "allow", "Allow side by side"
+
+
+class JobState(models.TextChoices):
+    ACTIVE = "active", "Active"
+    PAUSED = "paused", "Paused"
+
+
+class Channel(models.TextChoices):
+    ADMIN = "admin", "Admin"
+    API = "api", "API"
+    SYSTEM = "system", "System"
+
+
+class JobQuerySet(models.QuerySet):
+    def live(self) -> JobQuerySet:
+        """Jobs that have not been deleted (deleted jobs stay for their runs' sake)."""
+        return self.filter(deleted_at__isnull=True)
+
+    def for_owner(self, user) -> JobQuerySet:
+        """The one owner filter every endpoint and admin page uses."""
+        qs = self.live()
+        if user.is_superuser:
+            return qs
+        return qs.filter(owner=user)
+
+    def due(self, now: dt.datetime) -> JobQuerySet:
+        """Active jobs whose next fire is at or before ``now`` (uses job_due_idx)."""
+        return self.filter(state=JobState.ACTIVE, next_fire_at__lte=now)
+
+    def failing(self) -> JobQuerySet:
+        return self.filter(consecutive_failures__gt=0)
+
+
+class Job(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jobs"
+    )
+    name = models.CharField(max_length=200)
+    description = models.TextField(max_length=2000, blank=True, default="")
+
+    cron = models.CharField(max_length=100, null=True, blank=True)
+    interval_seconds = models.PositiveIntegerField(null=True, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC")
+    start_at = models.DateTimeField(null=True, blank=True)
+
+    target_kind = models.CharField(
+        max_length=10, choices=TargetKind.choices, default=TargetKind.WEBHOOK
+    )
+    url = models.CharField(max_length=2000, blank=True, default="")
+    payload = models.JSONField(default=dict, blank=True)
+
+    timeout_seconds = models.PositiveIntegerField(default=30)
+    max_attempts = models.PositiveIntegerField(default=3)
+    retry_backoff_seconds = models.PositiveIntegerField(default=10)
+
+    misfire_policy = models.CharField(
+        max_length=10, choices=MisfirePolicy.choices, default=MisfirePolicy.SKIP
+    )
+    max_catchup = models.PositiveIntegerField(default=3)
+    misfire_grace_seconds = models.PositiveIntegerField(default=60)
+    overlap_policy = models.CharField(
+        max_length=10, choices=OverlapPolicy.choices, default=OverlapPolicy.SKIP
+    )
+    jitter_seconds = models.PositiveIntegerField(default=0)
+    pause_after_failures = models.PositiveIntegerField(null=True, blank=True)
+
+    state = models.CharField(max_length=10, choices=JobState.choices, default=JobState.ACTIVE)
+    pause_note = models.CharField(max_length=500, blank=True, default="")
+    paused_at = models.DateTimeField(null=True, blank=True)
+    resume_at = models.DateTimeField(null=True, blank=True)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    next_fire_at = models.DateTimeField(null=True, blank=True)
+
+    # Fernet tokens (jobs/crypto.py); the plain secret is never stored.
+    secret_encrypted = models.TextField(editable=False)
+    previous_secret_encrypted = models.TextField(blank=True, default="", editable=False)
+    previous_secret_until = models.DateTimeField(null=True, blank=True, editable=False)
+
+    version = models.PositiveIntegerField(default=1)
+    # Set from the database clock in save(): it is the interval anchor.
+    created_at = models.DateTimeField(editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+    deleted_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    Q(cron__isnull=False, interval_seconds__isnull=True)
+                    | Q(cron__isnull=True, interval_seconds__isnull=False)
+                ),
+                name="job_exactly_one_schedule",
+            ),
+            models.UniqueConstraint(
+                fields=["owner", "name"],
+                condition=Q(deleted_at__isnull=True),
+                name="job_unique_name_per_owner",
+            ),
+        ]
+        indexes = [
+            # The dispatcher's due query (dispatch/queries.py LOCK_DUE_JOBS):
+            # active jobs ordered by next_fire_at. Paused and deleted jobs are
+            # outside the index, so its size tracks the live fleet only.
+            models.Index(fields=["next_fire_at"], condition=Q(state="active"), name="job_due_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    # -- persistence ----------------------------------------------------------
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self._state.adding:
+            if not self.secret_encrypted:
+                self.set_secret(crypto.generate_secret())
+            if self.created_at is None:
+                # The interval anchor is the creation time: take it from the
+                # database clock so next_fire_at can be computed before insert.
+                self.created_at = db_now()
+            if self.state == JobState.ACTIVE and self.next_fire_at is None:
+                self.next_fire_at = self.compute_next_fire(db_now())
+        else:
+            self.version += 1
+        super().save(*args, **kwargs)
+
+    # -- schedule -----------------------------------------------------------
+
+    @property
+    def schedule(self) -> Schedule:
+        return Schedule(
+            cron=self.cron,
+            interval_seconds=self.interval_seconds,
+            timezone=self.timezone,
+            start_at=self.start_at,
+            anchor=self.created_at or self.start_at,
+        )
+
+    def compute_next_fire(self, after: dt.datetime) -> dt.datetime | None:
+        return self.schedule.next_fire(after)
+
+    # -- secrets ------------------------------------------------------------
+
+    def set_secret(self, secret: str) -> None:
+        self.secret_encrypted = crypto.encrypt(secret)
+
+    def signing_secrets(self, now: dt.datetime) -> list[str]:
+        """Current secret first; the previous one too while a rotation overlaps."""
+        secrets = [crypto.decrypt(self.secret_encrypted)]
+        if (
+            self.previous_secret_encrypted
+            and self.previous_secret_until
+            and self.previous_secret_until > now
+        ):
+            secrets.append(crypto.decrypt(self.previous_secret_encrypted))
+        return secrets
+
+    def record_event(
+        self,
+        action: str,
+        *,
+        actor=None,
+        channel: str = Channel.SYSTEM,
+        changes: dict | None = None,
+    ) -> JobEvent:
+        return JobEvent.objects.create(
+            job=self,
+            owner_id=self.owner_id,
+            actor=actor if getattr(actor, "is_authenticated", False) else None,
+            channel=channel,
+            action=action,
+            changes=changes or {},
+        )
+
+    # -- domain verbs ---------------------------------------------------------
+
+    @transaction.atomic
+    def reschedule(self, *, actor=None, channel: str = Channel.API) -> None:
+        """Recompute next_fire_at from now after the schedule was edited."""
+        if self.state == JobState.ACTIVE and self.deleted_at is None:
+            self.next_fire_at = self.compute_next_fire(db_now())
+
+    @transaction.atomic
+    def pause(
+        self,
+        *,
+        note: str = "",
+        resume_at: dt.datetime | None = None,
+        actor=None,
+        channel: str = Channel.API,
+    ) -> int:
+        """Stop new fires at once and cancel waiting runs. Returns runs cancelled.
+
+        A run that is already ``running`` finishes its current attempt, bounded
+        by its deadline; its retries are cancelled when it reports back.
+        """
+        from runs.models import Run
+
+        now = db_now()
+        self.state = JobState.PAUSED
+        self.pause_note = note
+        self.resume_at = resume_at
+        self.paused_at = now
+        self.next_fire_at = None
+        self.save()
+        cancelled = Run.objects.cancel_waiting(job_id=self.pk, reason="paused", now=now)
+        self.record_event(
+            "paused",
+            actor=actor,
+            channel=channel,
+            changes={
+                "note": note,
+                "resume_at": resume_at.isoformat() if resume_at else None,
+                "cancelled_runs": cancelled,
+            },
+        )
+        return cancelled
+
+    def fires_missed_while_paused(self, now: dt.datetime) -> list[dt.datetime]:
+        """The last ``max_catchup`` fires that fell inside the pause."""
+        if self.paused_at is None:
+            return []
+        fires = self.schedule.fires_between(self.paused_at, now, limit=1_000_000)
+        return fires[-self.max_catchup :]
+
+    @transaction.atomic
+    def resume(
+        self,
+        *,
+        catch_up: bool = False,
+        dry_run: bool = False,
+        actor=None,
+        channel: str = Channel.API,
+    ) -> dict[str, Any]:
+        """Resume from now. Fires inside the pause are declined, not missed,
+        unless ``catch_up`` asks for the last ``max_catchup`` of them."""
+        from runs.models import Run, RunKind
+
+        now = db_now()
+        catch_up_fires = self.fires_missed_while_paused(now) if catch_up else []
+        next_fire = self.compute_next_fire(now)
+        plan = {
+            "catch_up": [f.isoformat() for f in catch_up_fires],
+            "next_fire_at": next_fire.isoformat() if next_fire else None,
+            "created": 0,
+        }
+        if dry_run or self.state == JobState.ACTIVE:
+            return plan
+        self.state = JobState.ACTIVE
+        self.pause_note = ""
+        self.resume_at = None
+        self.paused_at = None
+        self.next_fire_at = next_fire
+        self.consecutive_failures = 0
+        self.save()
+        plan["created"] = Run.objects.create_for_fires(self, catch_up_fires, kind=RunKind.CATCH_UP)
+        self.record_event(
+            "resumed", actor=actor, channel=channel, changes={"catch_up": plan["catch_up"]}
+        )
+        return plan
+
+    @transaction.atomic
+    def trigger(self, *, actor=None, channel: str = Channel.API) -> Run:
+        """A manual run, scheduled at the database's now, delivered like any other."""
+        from runs.models import Run, RunKind
+
+        run = Run.objects.create(
+            job=self,
+            scheduled_at=db_now(),
+            kind=RunKind.MANUAL,
+            max_attempts=self.max_attempts,
+            target_kind=self.target_kind,
+            exclusive=self.overlap_policy != OverlapPolicy.ALLOW,
+        )
+        self.record_event("triggered", actor=actor, channel=channel, changes={"run": str(run.pk)})
+        return run
+
+    @transaction.atomic
+    def rotate_secret(self, *, actor=None, channel: str = Channel.API) -> str:
+        """New secret; for 24 hours deliveries are signed with old and new."""
+        now = db_now()
+        new_secret = crypto.generate_secret()
+        self.previous_secret_encrypted = self.secret_encrypted
+        self.previous_secret_until = now + ROTATION_OVERLAP
+        self.set_secret(new_secret)
+        self.save()
+        self.record_event("secret_rotated", actor=actor, channel=channel)
+        return new_secret
+
+    @transaction.atomic
+    def backfill(
+        self,
+        start: dt.datetime,
+        end: dt.datetime,
+        *,
+        dry_run: bool = False,
+        actor=None,
+        channel: str = Channel.API,
+    ) -> dict[str, Any]:
+        """Every slot in [start, end) without a run becomes a ``backfill`` run.
+
+        Slots that already have a run are left alone (the unique fire key makes
+        a repeated backfill harmless).
+        """
+        from runs.models import Run, RunKind
+
+        slots = self.schedule.fires_between(start, end, limit=MAX_BACKFILL)
+        taken = set(
+            Run.objects.filter(job=self, scheduled_at__in=slots).values_list(
+                "scheduled_at", flat=True
+            )
+        )
+        free = [s for s in slots if s not in taken]
+        created = 0
+        if not dry_run and free:
+            created = Run.objects.create_for_fires(self, free, kind=RunKind.BACKFILL)
+            self.record_event(
+                "backfilled",
+                actor=actor,
+                channel=channel,
+                changes={"start": start.isoformat(), "end": end.isoformat(), "created": created},
+            )
+        return {"slots": [s.isoformat() for s in free], "created": created}
+
+    @transaction.atomic
+    def soft_delete(self, *, actor=None, channel: str = Channel.API) -> int:
+        """Hide the job and cancel its waiting runs; history stays for audit."""
+        from runs.models import Run
+
+        now = db_now()
+        self.deleted_at = now
+        self.next_fire_at = None
+        self.save()
+        cancelled = Run.objects.cancel_waiting(job_id=self.pk, reason="deleted", now=now)
+        self.record_event(
+            "deleted", actor=actor, channel=channel, changes={"cancelled_runs": cancelled}
+        )
+        return cancelled
+
+
+class JobEvent(models.Model):
+    """The audit log: who changed a job, when, through which channel, and what."""
+
+    job = models.ForeignKey(Job, null=True, on_delete=models.SET_NULL, related_name="events")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    channel = models.CharField(max_length=10, choices=Channel.choices)
+    action = models.CharField(max_length=40)
+    changes = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} via {self.channel} at {self.created_at:%Y-%m-%d %H:%M:%S}"

@@ -1,0 +1,263 @@
+"""Runs (one row per fire) and their attempts (PRODUCT.md §2, "Run").
+
+A run's id is the fire's identity: every delivery attempt carries it as
+``webhook-id`` and ``Idempotency-Key``. State changes on the hot path (claim,
+heartbeat, complete) are guarded set-based SQL in ``runs/leases.py``; this
+module holds the rows, named filters, and the operator verbs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from django.db import models, transaction
+from django.db.models import Q
+
+from jobs.schedules import jitter_offset
+from scheduler_site.db import db_now
+
+if TYPE_CHECKING:
+    from jobs.models import Job
+
+MAX_ERROR_CHARS = 2000
+
+
+class RunState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    RETRYING = "retrying", "Retrying"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    MISSED = "missed", "Missed"
+    SKIPPED = "skipped", "Skipped"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+WAITING_STATES = (RunState.PENDING, RunState.RETRYING)
+ACTIVE_STATES = (RunState.PENDING, RunState.RUNNING, RunState.RETRYING)
+TERMINAL_STATES = (
+    RunState.SUCCEEDED,
+    RunState.FAILED,
+    RunState.MISSED,
+    RunState.SKIPPED,
+    RunState.CANCELLED,
+)
+
+
+class RunKind(models.TextChoices):
+    SCHEDULED = "scheduled", "Scheduled"
+    CATCH_UP = "catch_up", "Catch-up"
+    BACKFILL = "backfill", "Backfill"
+    MANUAL = "manual", "Manual"
+
+
+class Reason:
+    """Why a run never ran, or why it ended the way it did."""
+
+    PAST_GRACE = "past grace"
+    OVER_CATCHUP_CAP = "over catch-up cap"
+    OVERLAP = "overlap"
+    PAUSED = "paused"
+    DELETED = "deleted"
+    LEASE_EXHAUSTED = "lease expired on the last attempt"
+
+
+class RetryNotAllowed(Exception):
+    pass
+
+
+class RunQuerySet(models.QuerySet):
+    def for_owner(self, user) -> RunQuerySet:
+        """The one owner filter every run endpoint and admin page uses."""
+        if user.is_superuser:
+            return self
+        return self.filter(job__owner=user)
+
+    def active(self) -> RunQuerySet:
+        return self.filter(state__in=ACTIVE_STATES)
+
+    def claimable(self, now: dt.datetime) -> RunQuerySet:
+        """Runs a worker may take now: due waiting runs, and running runs whose
+        lease has expired (their worker died or stalled)."""
+        return self.filter(
+            Q(state__in=WAITING_STATES, available_at__lte=now)
+            | Q(state=RunState.RUNNING, lease_until__lt=now)
+        )
+
+    def cancel_waiting(self, *, job_id, reason: str, now: dt.datetime) -> int:
+        """pending/retrying -> cancelled. A running run is left to finish its
+        attempt; its retry, if any, is cancelled when it completes."""
+        return self.filter(job_id=job_id, state__in=WAITING_STATES).update(
+            state=RunState.CANCELLED,
+            reason=reason,
+            finished_at=now,
+            available_at=None,
+        )
+
+    def create_for_fires(self, job: Job, fires: Iterable[dt.datetime], *, kind: str) -> int:
+        """Insert pending runs for ``fires``; fires that already have a run are
+        left alone (the unique fire key turns a duplicate into a no-op)."""
+        offset = dt.timedelta(seconds=jitter_offset(job.pk, job.jitter_seconds))
+        rows = [
+            Run(
+                job=job,
+                scheduled_at=fire,
+                kind=kind,
+                available_at=fire + offset,
+                max_attempts=job.max_attempts,
+                target_kind=job.target_kind,
+                exclusive=job.overlap_policy != "allow",
+            )
+            for fire in fires
+        ]
+        if not rows:
+            return 0
+        before = self.filter(job=job).count()
+        self.bulk_create(rows, ignore_conflicts=True)
+        return self.filter(job=job).count() - before
+
+
+class Run(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="runs")
+    scheduled_at = models.DateTimeField()
+    kind = models.CharField(max_length=10, choices=RunKind.choices, default=RunKind.SCHEDULED)
+    state = models.CharField(max_length=10, choices=RunState.choices, default=RunState.PENDING)
+    reason = models.CharField(max_length=100, blank=True, default="")
+
+    # attempt counts the attempts started; it is also the fencing token.
+    attempt = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=3)
+    available_at = models.DateTimeField(null=True, blank=True)
+    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    lease_until = models.DateTimeField(null=True, blank=True)
+    lease_seconds = models.PositiveIntegerField(null=True, blank=True)
+    attempt_started_at = models.DateTimeField(null=True, blank=True)
+    # A heartbeat can never push lease_until past this: a wedged worker that
+    # keeps heartbeating still loses the run at timeout_seconds + grace.
+    deadline_at = models.DateTimeField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    lag_seconds = models.FloatField(null=True, blank=True)
+    last_status_code = models.PositiveIntegerField(null=True, blank=True)
+    last_error = models.TextField(max_length=MAX_ERROR_CHARS, blank=True, default="")
+
+    # Copied from the job at fire time, so the claim queries need no join and
+    # the partial indexes below can name them.
+    target_kind = models.CharField(max_length=10, default="webhook")
+    exclusive = models.BooleanField(default=True)  # overlap policy skip/queue
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-scheduled_at"]
+        constraints = [
+            # One fire, one run (PRODUCT.md §1.1): a second dispatcher's insert
+            # of the same fire becomes ON CONFLICT DO NOTHING.
+            models.UniqueConstraint(fields=["job", "scheduled_at"], name="run_one_per_fire"),
+            # Under overlap skip/queue at most one run of a job is running.
+            models.UniqueConstraint(
+                fields=["job"],
+                condition=Q(state="running", exclusive=True),
+                name="run_one_running_per_exclusive_job",
+            ),
+        ]
+        indexes = [
+            # The worker's claim query (runs/leases.py CLAIM): due waiting
+            # webhook runs in available_at order. Only waiting rows are in it,
+            # so it stays tiny however much history the table keeps.
+            models.Index(
+                fields=["available_at"],
+                condition=Q(state__in=["pending", "retrying"], target_kind="webhook"),
+                name="run_claim_webhook_idx",
+            ),
+            # The pull API's claim (same query, per job of the caller).
+            models.Index(
+                fields=["job", "available_at"],
+                condition=Q(state__in=["pending", "retrying"], target_kind="pull"),
+                name="run_claim_pull_idx",
+            ),
+            # Overlap checks in the dispatcher and the claim's "an earlier run
+            # of this job is still active" test, plus the expired-lease reaper.
+            # lease_until is deliberately in no index, so heartbeats stay HOT.
+            models.Index(
+                fields=["job", "scheduled_at"],
+                condition=Q(state__in=["pending", "running", "retrying"]),
+                name="run_active_idx",
+            ),
+            # Run lists (newest first) and pruning by age.
+            models.Index(fields=["scheduled_at"], name="run_scheduled_at_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} @ {self.scheduled_at.isoformat()}"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @transaction.atomic
+    def retry(self, *, actor=None, channel: str = "api") -> Run:
+        """Operator retry of a failed or missed run: back to pending with a
+        fresh attempt budget. Same id, because it is the same fire.
+
+        ``attempt`` keeps counting up (it is the fencing token), so the budget
+        is extended instead of reset.
+        """
+        now = db_now()
+        updated = Run.objects.filter(
+            pk=self.pk, state__in=[RunState.FAILED, RunState.MISSED]
+        ).update(
+            state=RunState.PENDING,
+            reason="",
+            available_at=now,
+            finished_at=None,
+            lease_owner="",
+            lease_until=None,
+            max_attempts=self.attempt + self.job.max_attempts,
+        )
+        # Guard: two operators retrying at once, or a run that changed state
+        # since the page was loaded; only one retry may win.
+        if updated != 1:
+            raise RetryNotAllowed(
+                f"only failed or missed runs can be retried (run is {self.state})"
+            )
+        self.refresh_from_db()
+        self.job.record_event(
+            "run_retried", actor=actor, channel=channel, changes={"run": str(self.pk)}
+        )
+        return self
+
+
+class Attempt(models.Model):
+    """One delivery attempt of a run (or one pull-worker lease)."""
+
+    class Outcome(models.TextChoices):
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed (retryable)"
+        PERMANENT = "permanent", "Failed (permanent)"
+        LEASE_EXPIRED = "lease_expired", "Lease expired"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    worker = models.CharField(max_length=200, blank=True, default="")
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=15, choices=Outcome.choices)
+    status_code = models.PositiveIntegerField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["run", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "number"], name="attempt_unique_number"),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of {self.run_id}: {self.outcome}"

@@ -1,0 +1,180 @@
+"""Punctual settings. Every knob comes from the environment through django-environ.
+
+See the configuration table in README.md. Settings hold wiring only: no logic.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env(
+    DEBUG=(bool, False),
+    ALLOWED_HOSTS=(list, ["localhost", "127.0.0.1"]),
+    PUNCTUAL_ALLOW_PRIVATE_TARGETS=(bool, False),
+    PUNCTUAL_RUN_RETENTION_DAYS=(int, 30),
+    PUNCTUAL_ENCRYPTION_KEYS=(list, []),
+    PUNCTUAL_LOG_JSON=(bool, False),
+    PUNCTUAL_LOG_LEVEL=(str, "INFO"),
+    PUNCTUAL_API_RATE=(str, "6000/min"),
+)
+
+DEBUG = env("DEBUG")
+
+_DEV_SECRET_KEY = "punctual-development-key-do-not-use-in-production"
+SECRET_KEY = env("SECRET_KEY", default=None)
+if not SECRET_KEY:
+    if not DEBUG:
+        raise environ.ImproperlyConfigured(
+            "SECRET_KEY is required when DEBUG is false (set DEBUG=true for development)"
+        )
+    SECRET_KEY = _DEV_SECRET_KEY
+    warnings.warn(
+        "SECRET_KEY is not set: using the development key. Set SECRET_KEY in production.",
+        stacklevel=1,
+    )
+
+ALLOWED_HOSTS = env("ALLOWED_HOSTS")
+
+# Webhooks may target loopback and private addresses only when this is true
+# (development, the demo, tests). It lifts the address rule of PRODUCT.md §5 and
+# nothing else.
+PUNCTUAL_ALLOW_PRIVATE_TARGETS = env("PUNCTUAL_ALLOW_PRIVATE_TARGETS")
+PUNCTUAL_RUN_RETENTION_DAYS = env("PUNCTUAL_RUN_RETENTION_DAYS")
+# Fernet keys (urlsafe base64, 32 bytes) for secrets at rest, newest first. Empty:
+# one key is derived from SECRET_KEY (see jobs/crypto.py).
+PUNCTUAL_ENCRYPTION_KEYS = env("PUNCTUAL_ENCRYPTION_KEYS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "scheduler_site",
+    "jobs",
+    "runs",
+    "dispatch",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "scheduler_site.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "scheduler_site.wsgi.application"
+
+DATABASES = {
+    "default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'var' / 'punctual.sqlite3'}")
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The embedded database is shared by the web app, a dispatcher and a worker.
+    # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock
+    # at BEGIN, so two writers queue on the busy timeout instead of failing with
+    # "database is locked" halfway through a transaction.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": (
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;"
+            ),
+        }
+    )
+    DATABASES["default"].setdefault("TEST", {}).setdefault(
+        "NAME", str(BASE_DIR / "var" / "test_punctual.sqlite3")
+    )
+else:
+    # Web processes keep their connection between requests; the loops hold one
+    # persistent connection of their own.
+    DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+# PRODUCT.md and CONVENTIONS.md require aware UTC datetimes everywhere; the
+# system check in scheduler_site/checks.py refuses to start otherwise.
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+LOGIN_URL = "admin:login"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"user": env("PUNCTUAL_API_RATE")},
+    "COERCE_DECIMAL_TO_STRING": False,
+    "EXCEPTION_HANDLER": "scheduler_site.api_errors.exception_handler",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Punctual API",
+    "DESCRIPTION": "Recurring jobs delivered as signed webhooks or to pull workers.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"()": "scheduler_site.logs.KeyValueFormatter"},
+        "json": {"()": "scheduler_site.logs.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if env("PUNCTUAL_LOG_JSON") else "plain",
+        },
+    },
+    "root": {"handlers": ["console"], "level": env("PUNCTUAL_LOG_LEVEL")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

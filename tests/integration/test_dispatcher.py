@@ -1,0 +1,142 @@
+"""Dispatcher.tick against a real database (SQLite and PostgreSQL passes)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from dispatch import queries
+from dispatch.dispatcher import Dispatcher
+from jobs.models import Job
+from runs.models import Run
+from tests.factories import at, make_job
+
+pytestmark = pytest.mark.django_db
+
+T0 = at("2026-06-01T12:00:00")
+S = dt.timedelta(seconds=1)
+
+
+def due_at(job: Job, when: dt.datetime) -> Job:
+    Job.objects.filter(pk=job.pk).update(next_fire_at=when, created_at=when, start_at=when)
+    job.refresh_from_db()
+    return job
+
+
+def runs_of(job: Job):
+    return list(Run.objects.filter(job=job).order_by("scheduled_at"))
+
+
+def test_due_fire_becomes_one_pending_run_and_next_fire_advances(owner):
+    job = due_at(make_job(owner, interval_seconds=60), T0)
+    result = Dispatcher().tick(now=T0 + S)
+    assert result.created == {"pending": 1}
+    [run] = runs_of(job)
+    assert (run.scheduled_at, run.state, run.kind, run.attempt) == (T0, "pending", "scheduled", 0)
+    assert run.available_at == T0
+    job.refresh_from_db()
+    assert job.next_fire_at == T0 + 60 * S
+
+
+def test_ticking_again_at_the_same_time_creates_nothing(owner):
+    job = due_at(make_job(owner, interval_seconds=60), T0)
+    Dispatcher().tick(now=T0 + S)
+    assert Dispatcher().tick(now=T0 + S).created == {}
+    assert len(runs_of(job)) == 1
+
+
+def test_a_fire_inserted_twice_is_one_run(owner):
+    """The unique (job, scheduled_at) key, not code, makes a second insert a no-op."""
+    job = make_job(owner)
+    row = (job.pk, T0, "scheduled", "pending", "", 3, T0, None, "webhook", True)
+    assert queries.insert_runs_and_advance(T0, [row], [(job.pk, T0 + S)]) == {"pending": 1}
+    assert queries.insert_runs_and_advance(T0, [row], [(job.pk, T0 + S)]) == {}
+    assert len(runs_of(job)) == 1
+
+
+def test_paused_jobs_are_not_dispatched(owner):
+    job = due_at(make_job(owner), T0)
+    job.pause(note="maintenance")
+    assert Dispatcher().tick(now=T0 + S).created == {}
+    assert runs_of(job) == []
+
+
+def test_outage_under_skip_records_missed_runs_and_resumes_in_the_future(owner):
+    job = due_at(make_job(owner, interval_seconds=60, misfire_grace_seconds=30), T0)
+    Dispatcher().tick(now=T0 + dt.timedelta(minutes=5, seconds=10))
+    runs = runs_of(job)
+    assert [r.state for r in runs] == ["missed"] * 5 + ["pending"]
+    assert all(r.reason == "past grace" and r.available_at is None for r in runs[:5])
+    job.refresh_from_db()
+    assert job.next_fire_at == T0 + dt.timedelta(minutes=6)
+
+
+def test_outage_under_catch_up_runs_exactly_max_catchup(owner):
+    job = due_at(
+        make_job(owner, interval_seconds=60, misfire_policy="catch_up", misfire_grace_seconds=5),
+        T0,
+    )
+    Dispatcher().tick(now=T0 + dt.timedelta(minutes=9, seconds=30))
+    runs = runs_of(job)
+    assert [(r.kind, r.state) for r in runs] == [("scheduled", "missed")] * 7 + [
+        ("catch_up", "pending")
+    ] * 3
+    assert {r.reason for r in runs[:7]} == {"over catch-up cap"}
+
+
+def test_overlap_skip_records_a_fire_while_a_run_is_active(owner):
+    job = due_at(make_job(owner, interval_seconds=60), T0)
+    Dispatcher().tick(now=T0 + S)
+    Dispatcher().tick(now=T0 + 61 * S)
+    assert [(r.state, r.reason) for r in runs_of(job)] == [("pending", ""), ("skipped", "overlap")]
+
+
+def test_overlap_allow_runs_side_by_side(owner):
+    job = due_at(make_job(owner, interval_seconds=60, overlap_policy="allow"), T0)
+    Dispatcher().tick(now=T0 + S)
+    Dispatcher().tick(now=T0 + 61 * S)
+    assert [r.state for r in runs_of(job)] == ["pending", "pending"]
+    assert not any(r.exclusive for r in runs_of(job))
+
+
+def test_jitter_delays_delivery_but_keeps_the_nominal_time(owner):
+    job = due_at(make_job(owner, interval_seconds=3600, jitter_seconds=600), T0)
+    Dispatcher().tick(now=T0 + S)
+    [run] = runs_of(job)
+    assert run.scheduled_at == T0
+    assert T0 <= run.available_at < T0 + dt.timedelta(seconds=600)
+
+
+def test_batches_drain_all_due_jobs(owner):
+    jobs = [due_at(make_job(owner, interval_seconds=10), T0) for _ in range(25)]
+    d = Dispatcher(batch_size=10)
+    created = sum(d.tick(now=T0 + S).runs for _ in range(4))
+    assert created == 25
+    assert Run.objects.filter(job__in=jobs).count() == 25
+
+
+def test_shards_split_the_jobs_without_overlap(owner):
+    jobs = [due_at(make_job(owner, interval_seconds=10), T0) for _ in range(30)]
+    counts = [Dispatcher(shard=(k, 3)).tick(now=T0 + S).runs for k in range(3)]
+    assert sum(counts) == 30
+    assert Run.objects.filter(job__in=jobs).count() == 30
+
+
+def test_cron_job_in_a_zone_fires_at_the_local_time(owner):
+    job = make_job(owner, cron="0 9 * * *", timezone="Europe/Berlin", interval_seconds=None)
+    nine_berlin = at("2026-06-02T07:00:00")  # CEST = UTC+2
+    Job.objects.filter(pk=job.pk).update(next_fire_at=nine_berlin)
+    Dispatcher().tick(now=nine_berlin + S)
+    assert [r.scheduled_at for r in runs_of(job)] == [nine_berlin]
+    job.refresh_from_db()
+    assert job.next_fire_at == nine_berlin + dt.timedelta(days=1)
+
+
+def test_auto_resume_at_resume_at(owner):
+    job = make_job(owner)
+    job.pause(note="until later", resume_at=at("2000-01-01T00:00:00"))
+    Dispatcher()._auto_resume()
+    job.refresh_from_db()
+    assert job.state == "active" and job.next_fire_at is not None
+    assert list(job.events.values_list("action", flat=True))[:2] == ["resumed", "paused"]

@@ -1,0 +1,108 @@
+"""The misfire and overlap rules of PRODUCT.md §3, case by case (pure)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+
+from dispatch.planning import MAX_MISSED_ROWS, DueJob, plan_job
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def job(**kw) -> DueJob:
+    base = dict(
+        id=uuid.uuid4(),
+        cron=None,
+        interval_seconds=60,
+        timezone="UTC",
+        start_at=None,
+        created_at=T0,
+        next_fire_at=T0,
+        misfire_policy="skip",
+        max_catchup=3,
+        misfire_grace_seconds=60,
+        overlap_policy="skip",
+    )
+    base.update(kw)
+    return DueJob(**base)
+
+
+def states(plan):
+    return [(r.scheduled_at - T0).total_seconds() for r in plan.runs], [
+        (r.kind, r.state, r.reason) for r in plan.runs
+    ]
+
+
+def test_on_time_fire_runs_and_advances_one_interval():
+    plan = plan_job(job(), T0 + dt.timedelta(seconds=1), active_runs=0)
+    assert [(r.scheduled_at, r.state) for r in plan.runs] == [(T0, "pending")]
+    assert plan.next_fire_at == T0 + dt.timedelta(seconds=60)
+
+
+def test_late_fire_within_grace_is_delayed_not_missed():
+    plan = plan_job(job(), T0 + dt.timedelta(seconds=59), active_runs=0)
+    assert [r.state for r in plan.runs] == ["pending"]
+
+
+def test_skip_policy_records_misfires_as_missed_and_continues_from_the_future():
+    # 10 minutes of outage, interval 60 s, grace 60 s.
+    now = T0 + dt.timedelta(minutes=10, seconds=5)
+    plan = plan_job(job(), now, active_runs=0)
+    offsets, kinds = states(plan)
+    # fires at 0..600 s; the one at 600 s is within grace and runs.
+    assert offsets == [60.0 * k for k in range(11)]
+    assert kinds[:10] == [("scheduled", "missed", "past grace")] * 10
+    assert kinds[10] == ("scheduled", "pending", "")
+    assert plan.next_fire_at == T0 + dt.timedelta(minutes=11)
+
+
+def test_catch_up_runs_the_most_recent_max_catchup_misfires_oldest_first():
+    now = T0 + dt.timedelta(minutes=10, seconds=5)
+    plan = plan_job(job(misfire_policy="catch_up", misfire_grace_seconds=1), now, active_runs=0)
+    catch_up = [r for r in plan.runs if r.kind == "catch_up"]
+    missed = [r for r in plan.runs if r.state == "missed"]
+    assert [r.scheduled_at for r in catch_up] == [T0 + dt.timedelta(minutes=m) for m in (8, 9, 10)]
+    assert all(r.reason == "over catch-up cap" for r in missed)
+    assert len(missed) == 8
+
+
+def test_missed_rows_are_capped_and_the_rest_only_counted():
+    now = T0 + dt.timedelta(days=1)
+    plan = plan_job(job(interval_seconds=1, misfire_grace_seconds=1), now, active_runs=0)
+    assert plan.count("missed") == MAX_MISSED_ROWS
+    assert plan.missed_uncounted == 86_400 + 1 - 2 - MAX_MISSED_ROWS
+    assert plan.next_fire_at == now + dt.timedelta(seconds=1)
+
+
+@pytest.mark.parametrize(
+    ("policy", "active", "expected"),
+    [
+        ("skip", 0, ["pending"]),
+        ("skip", 1, ["skipped"]),
+        ("queue", 0, ["pending"]),
+        ("queue", 1, ["pending"]),
+        ("queue", 2, ["skipped"]),
+        ("allow", 5, ["pending"]),
+    ],
+)
+def test_overlap_policy_given_active_runs(policy, active, expected):
+    plan = plan_job(job(overlap_policy=policy), T0, active_runs=active)
+    assert [r.state for r in plan.runs] == expected
+    assert all(r.reason == "overlap" for r in plan.runs if r.state == "skipped")
+
+
+def test_several_on_time_fires_in_one_tick_respect_overlap_among_themselves():
+    # interval 10 s, grace 60 s, dispatcher 25 s late: three fires within grace.
+    now = T0 + dt.timedelta(seconds=25)
+    plan = plan_job(job(interval_seconds=10, overlap_policy="queue"), now, active_runs=0)
+    assert [r.state for r in plan.runs] == ["pending", "pending", "skipped"]
+
+
+def test_cron_job_fires_follow_the_schedule():
+    j = job(cron="*/15 * * * *", interval_seconds=None)
+    plan = plan_job(j, T0 + dt.timedelta(minutes=31), active_runs=0)
+    assert [r.state for r in plan.runs][-1] == "pending"
+    assert plan.next_fire_at == T0 + dt.timedelta(minutes=45)
