@@ -1,0 +1,633 @@
+"""Schedule math: when does a job fire?
+
+This module is pure. It imports no ORM and never reads the clock: every
+function is told the time (``after=``, ``start=``, ``now=``), the way
+procrastinate's ``get_next_tick(at=...)`` is. That keeps the dispatcher's notion
+of "now" in one place (the database clock) and makes every rule here testable
+with a table of dates.
+
+croniter is used only here. It is wrapped rather than exposed because its
+daylight-saving behaviour is not the one Punctual promises (PRODUCT.md §3,
+cronie's rules):
+
+* a local time that does not exist (spring forward) fires once, at the first
+  instant after the gap;
+* a local time that happens twice (fall back) fires once, at its first
+  occurrence.
+
+croniter 7, handed an aware datetime, fires a repeated hour twice: "0 * * * *"
+in New York fires at 01:00 EDT *and* 01:00 EST, "30 1 * * *" at both 01:30s.
+Its gap handling happens to agree with ours for zoneinfo, but it is a different
+code path for pytz and has changed between releases. So we never give croniter
+a time zone: it iterates naive *wall-clock* times in the job's zone, and
+:func:`_wall_to_utc` maps each wall time to one UTC instant by the rules above.
+Everything after that mapping is UTC arithmetic.
+"""
+
+from __future__ import annotations
+
+import calendar
+import functools
+import hashlib
+import re
+import uuid
+import zoneinfo
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from itertools import islice
+
+from croniter import CroniterBadDateError, CroniterError, croniter
+
+__all__ = [
+    "MACROS",
+    "MAX_CRON_LENGTH",
+    "MAX_INTERVAL_SECONDS",
+    "Schedule",
+    "ScheduleError",
+    "cron_risks",
+    "dst_transition_near",
+    "jitter_offset",
+    "validate_cron",
+    "validate_interval",
+    "validate_timezone",
+]
+
+MACROS: dict[str, str] = {
+    "@hourly": "0 * * * *",
+    "@daily": "0 0 * * *",
+    "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *",
+    "@yearly": "0 0 1 1 *",
+}
+
+MAX_CRON_LENGTH = 100
+MAX_INTERVAL_SECONDS = 31_536_000  # 365 days
+
+# A cron must fire at least once in this many years after _VALIDATION_REFERENCE.
+# Eight years always contains a leap year (even across 2100, which is not one),
+# so "0 0 29 2 *" is accepted while "0 0 30 2 *" is refused.
+_VALIDATION_YEARS = 8
+_VALIDATION_REFERENCE = datetime(2000, 1, 1)
+
+# How far ahead next_fire() looks before answering None. Wider than the
+# validation horizon because a few valid expressions ("0 0 29 2 0#5": the 29th of
+# February when it is the fifth Sunday) repeat on a 28-year cycle.
+_SEARCH_YEARS = 50
+
+# The year of zone rules that cron_risks() inspects when the caller does not
+# say which. The function must stay pure, so it never defaults to the clock.
+_RISK_REFERENCE = datetime(2026, 1, 1, tzinfo=UTC)
+
+_ONE_US = timedelta(microseconds=1)
+
+# Names croniter understands in a field. Anything else alphabetic is refused,
+# notably "H" (hashed, needs a per-job seed we do not pass) and "R" (random:
+# it would give a different schedule every time the expression is parsed).
+_MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DOW_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_ALLOWED_WORDS = frozenset(_MONTH_NAMES + _DOW_NAMES + ("l", "w"))
+_FIELD_RE = re.compile(r"^[0-9A-Za-z*,/#?-]+$")
+_WORD_RE = re.compile(r"[a-z]+")
+_RANGE_RE = re.compile(r"^([0-9a-z]+)-([0-9a-z]+)(?:/([0-9]+))?$")
+_FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week")
+
+# croniter field positions (5-field expressions).
+_HOUR, _DOM, _MONTH, _DOW = 1, 2, 3, 4
+_DAYS_IN_MONTH = {m: calendar.monthrange(2001, m)[1] for m in range(1, 13)}  # February: 28
+
+
+class ScheduleError(ValueError):
+    """An invalid schedule. The message is user-facing: the API and the admin
+    show it next to the field, e.g. ``Not a valid cron expression: ...``."""
+
+
+# -- validation -----------------------------------------------------------------
+
+
+def validate_cron(expr: str) -> str:
+    """Check a cron expression and return it normalised.
+
+    Normalised means stripped and single-spaced; a macro is returned as written
+    (its 5-field meaning is applied when iterating). Refused, with a message
+    that says why:
+
+    * anything that is not a string, is longer than 100 characters, or is not
+      ASCII (``str.isdigit()`` accepts Arabic-Indic and fullwidth digits, and
+      they must not slip through to a parser that might do the same);
+    * anything but exactly 5 fields or one of :data:`MACROS` (no seconds or
+      year fields, no ``@reboot``);
+    * hashed (``H``) and random (``R``) fields, which are not a fixed schedule;
+    * a syntactically valid expression that can never fire (``0 0 30 2 *``).
+      croniter's ``is_valid`` says yes to those, so we look for a real fire.
+    """
+    if not isinstance(expr, str):
+        raise ScheduleError("A cron expression must be a string.")
+    if len(expr) > MAX_CRON_LENGTH:
+        raise ScheduleError(
+            f"A cron expression must be at most {MAX_CRON_LENGTH} characters (got {len(expr)})."
+        )
+    if not expr.isascii():
+        bad = next(c for c in expr if not c.isascii())
+        raise ScheduleError(
+            f"Not a valid cron expression: {expr!r} contains the non-ASCII character {bad!r}."
+        )
+    text = expr.strip()
+    if not text:
+        raise ScheduleError("A cron expression must not be empty.")
+    if text.startswith("@"):
+        if text in MACROS:
+            return text
+        raise ScheduleError(
+            f"Not a valid cron expression: {text!r}. Supported macros are {', '.join(MACROS)}."
+        )
+    if any(c not in " \t" and not c.isprintable() for c in text):
+        raise ScheduleError(f"Not a valid cron expression: {text!r} contains a control character.")
+    fields = text.split()
+    normalised = " ".join(fields)
+    error = _cron_error(normalised)
+    if error:
+        raise ScheduleError(error)
+    return normalised
+
+
+@functools.lru_cache(maxsize=4096)
+def _cron_error(normalised: str) -> str | None:
+    """The user-facing error for a 5-field expression, or None if it is valid.
+
+    Cached because Schedule() validates on construction and the dispatcher
+    builds one per job per tick; the answer depends on the string alone.
+    """
+    fields = normalised.split(" ")
+    if len(fields) != 5:
+        return (
+            f"Not a valid cron expression: {normalised!r} has {len(fields)} fields; use exactly 5 "
+            "(minute hour day-of-month month day-of-week) or one of " + ", ".join(MACROS) + "."
+        )
+    for name, value in zip(_FIELD_NAMES, fields, strict=True):
+        if not _FIELD_RE.match(value):
+            return f"Not a valid cron expression: {name} field {value!r} has unexpected characters."
+        for word in _WORD_RE.findall(value.lower()):
+            if word not in _ALLOWED_WORDS:
+                return f"Not a valid cron expression: {name} field {value!r} is not supported."
+    # croniter 7 mishandles the OR rule when one day field uses nth-weekday
+    # ("5#2"), last-weekday ("L5") or nearest-weekday ("15W") syntax and the
+    # other is restricted: it silently drops one side, or finds no date at all.
+    dom, dow = fields[_DOM].lower(), fields[_DOW].lower()
+    special = "w" in dom or "#" in dow or "l" in dow
+    if special and dom not in ("*", "?") and dow not in ("*", "?"):
+        return (
+            f"Not a valid cron expression: {normalised!r}. W in day-of-month, and # or L in "
+            "day-of-week, need the other day field to be '*'."
+        )
+    try:
+        it = croniter(
+            _croniter_expr(normalised),
+            _VALIDATION_REFERENCE - timedelta(minutes=1),
+            max_years_between_matches=_VALIDATION_YEARS,
+        )
+    except (CroniterError, ValueError, TypeError, KeyError, IndexError) as exc:
+        return f"Not a valid cron expression: {normalised!r} ({exc})."
+    try:
+        it.get_next(datetime)
+    except CroniterBadDateError:
+        return f"Not a valid cron expression: {normalised!r} can never fire."
+    except (CroniterError, ValueError, OverflowError) as exc:
+        return f"Not a valid cron expression: {normalised!r} ({exc})."
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _croniter_expr(cron: str) -> str:
+    """The expression to hand croniter for a validated cron or macro.
+
+    Macros are expanded to their 5-field meaning. An equal range ("9-9",
+    "jan-jan", "9-9/2") is rewritten to its single value: croniter 7 reads an
+    equal range as the *whole* field (so "0 9-9 * * *" would fire every hour),
+    while cron and every user mean "just 9".
+    """
+    if cron in MACROS:
+        return MACROS[cron]
+    fields = cron.split()
+    for index, value in enumerate(fields):
+        items = value.split(",")
+        for pos, item in enumerate(items):
+            m = _RANGE_RE.match(item.lower())
+            if m is None:
+                continue
+            low, high = _field_number(index, m.group(1)), _field_number(index, m.group(2))
+            if low is not None and low == high:
+                items[pos] = m.group(1)
+        fields[index] = ",".join(items)
+    return " ".join(fields)
+
+
+def _field_number(index: int, token: str) -> int | None:
+    """The number a range bound stands for, without aliasing Sunday 7 to 0
+    (cron reads "0-7" as the whole week, not as the single day Sunday)."""
+    if token.isdigit():
+        return int(token)
+    if index == _MONTH and token in _MONTH_NAMES:
+        return _MONTH_NAMES.index(token) + 1
+    if index == _DOW and token in _DOW_NAMES:
+        return _DOW_NAMES.index(token)
+    return None
+
+
+@functools.cache
+def _timezone_names() -> frozenset[str]:
+    # available_timezones() walks the tz database on every call; the set cannot
+    # change while the process runs. "localtime" is the host's zone, not an
+    # IANA name, and its meaning would differ between machines.
+    return frozenset(zoneinfo.available_timezones() - {"localtime", "posixrules"})
+
+
+def validate_timezone(name: str) -> str:
+    """Check an IANA zone name: exact and case-sensitive.
+
+    ZoneInfo() itself would accept "utc" or "europe/berlin" on case-insensitive
+    file systems, and joins the name to a directory path, so the name is checked
+    against the known list before anything opens a file.
+    """
+    if not isinstance(name, str) or name not in _timezone_names():
+        raise ScheduleError(
+            f"Not a valid time zone: {name!r}. Use an IANA name such as 'UTC' or 'Europe/Berlin'."
+        )
+    return name
+
+
+def validate_interval(seconds: object) -> int:
+    """Check an interval: an int (not a bool, not a float) from 1 to 31,536,000."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int):
+        raise ScheduleError("The interval must be a whole number of seconds.")
+    if not 1 <= seconds <= MAX_INTERVAL_SECONDS:
+        raise ScheduleError(
+            f"The interval must be between 1 and {MAX_INTERVAL_SECONDS:,} seconds (got {seconds})."
+        )
+    return seconds
+
+
+def _aware(name: str, value: datetime) -> datetime:
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise ScheduleError(f"{name} must be a timezone-aware datetime.")
+    return value.astimezone(UTC)
+
+
+# -- wall clock <-> UTC ---------------------------------------------------------
+
+
+def _wall_to_utc(wall: datetime, zone: zoneinfo.ZoneInfo) -> datetime:
+    """Map a naive wall-clock time in ``zone`` to the one UTC instant it fires at.
+
+    zoneinfo gives every wall time two readings (PEP 495): ``fold=0`` uses the
+    offset in force before a transition, ``fold=1`` the one after.
+
+    1. Same offset both ways: an ordinary time.
+    2. fold=0 offset larger (fall back): the time happens twice. fold=0 is the
+       earlier instant, the first occurrence, which is the one that fires.
+    3. fold=0 offset smaller (spring forward): the time does not exist. It fires
+       at the first instant after the gap, the transition itself, found by
+       bisection between the two readings (zoneinfo does not expose transitions).
+    """
+    first = wall.replace(tzinfo=zone, fold=0)
+    second = wall.replace(tzinfo=zone, fold=1)
+    off_first, off_second = first.utcoffset(), second.utcoffset()
+    assert off_first is not None and off_second is not None
+    if off_first >= off_second:
+        return first.astimezone(UTC)
+    naive = wall.replace(tzinfo=UTC)
+    return _transition_instant(zone, naive - off_second, naive - off_first)
+
+
+def _transition_instant(zone: zoneinfo.ZoneInfo, lo: datetime, hi: datetime) -> datetime:
+    """The first UTC instant in (lo, hi] whose offset differs from lo's.
+
+    Exact to the microsecond: at most ~40 halvings even for a day-long gap.
+    """
+    before = lo.astimezone(zone).utcoffset()
+    while hi - lo > _ONE_US:
+        mid = lo + (hi - lo) // 2
+        if mid.astimezone(zone).utcoffset() == before:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def _transitions(
+    zone: zoneinfo.ZoneInfo, start: datetime, end: datetime, step: timedelta
+) -> Iterator[tuple[datetime, timedelta, timedelta]]:
+    """(instant, offset before, offset after) for each offset change in (start, end].
+
+    Sampled every ``step``: two changes closer together than that are missed,
+    which is fine for the steps used here (no zone changes twice within hours).
+    """
+    t = start
+    offset = t.astimezone(zone).utcoffset()
+    while t < end:
+        nxt = min(t + step, end)
+        nxt_offset = nxt.astimezone(zone).utcoffset()
+        if nxt_offset != offset:
+            assert offset is not None and nxt_offset is not None
+            yield _transition_instant(zone, t, nxt), offset, nxt_offset
+        t, offset = nxt, nxt_offset
+
+
+# -- schedules ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A job's schedule: a cron read in ``timezone``, or a fixed interval.
+
+    Validated on construction, so a Schedule that exists is one that can be
+    iterated. ``start_at``: no fire before it, and the anchor of an interval
+    schedule. ``anchor``: the interval anchor when ``start_at`` is unset (the
+    job's creation time). All results are aware UTC datetimes.
+    """
+
+    cron: str | None
+    interval_seconds: int | None
+    timezone: str = "UTC"
+    start_at: datetime | None = None
+    anchor: datetime | None = None
+
+    def __post_init__(self) -> None:
+        cron = self.cron or None  # forms hand over "" for an empty field
+        if (cron is None) == (self.interval_seconds is None):
+            raise ScheduleError("Set exactly one of cron and interval_seconds.")
+        set_ = functools.partial(object.__setattr__, self)
+        if cron is not None:
+            set_("cron", validate_cron(cron))
+        else:
+            set_("cron", None)
+            validate_interval(self.interval_seconds)
+        validate_timezone(self.timezone)
+        if self.start_at is not None:
+            set_("start_at", _aware("start_at", self.start_at))
+        if self.anchor is not None:
+            set_("anchor", _aware("anchor", self.anchor))
+        if self.interval_seconds is not None and self.start_at is None and self.anchor is None:
+            raise ScheduleError("An interval schedule needs start_at or an anchor.")
+
+    # -- public API
+
+    def next_fire(self, after: datetime) -> datetime | None:
+        """The first fire strictly after ``after`` (and not before start_at), or
+        None if there is none within the search horizon."""
+        return next(self.iter_fires(after), None)
+
+    def next_fires(self, after: datetime, count: int) -> list[datetime]:
+        """Up to ``count`` fires strictly after ``after``, ascending."""
+        return list(islice(self.iter_fires(after), max(count, 0)))
+
+    def iter_fires(self, after: datetime, *, inclusive: bool = False) -> Iterator[datetime]:
+        """Fires after ``after`` (or at it, with ``inclusive``), lazily, ascending.
+
+        Strictly increasing: two wall times that map to one instant (a whole
+        skipped hour collapsing onto the gap's end) yield it once.
+        """
+        floor = _aware("after", after)
+        if inclusive:
+            floor -= _ONE_US
+        if self.start_at is not None and self.start_at - _ONE_US > floor:
+            floor = self.start_at - _ONE_US
+        # Every generator below yields fires strictly greater than `floor`.
+        # Datetimes have microsecond resolution, so "> t - 1us" is ">= t".
+        if self.cron is not None:
+            return self._iter_cron(floor)
+        return self._iter_interval(floor)
+
+    def fires_between(self, start: datetime, end: datetime, limit: int) -> list[datetime]:
+        """Fires f with start <= f < end, ascending, at most ``limit``."""
+        end = _aware("end", end)
+        out: list[datetime] = []
+        if limit <= 0:
+            return out
+        for fire in self.iter_fires(start, inclusive=True):
+            if fire >= end:
+                break
+            out.append(fire)
+            if len(out) >= limit:
+                break
+        return out
+
+    def count_fires_between(self, start: datetime, end: datetime, cap: int = 1_000_000) -> int:
+        """How many fires f have start <= f < end, counting no further than ``cap``.
+
+        Interval schedules are counted by arithmetic, so a year of a 1 s job
+        costs nothing; cron schedules are enumerated, which is why there is a cap.
+        """
+        start, end = _aware("start", start), _aware("end", end)
+        if end <= start or cap <= 0:
+            return 0
+        if self.interval_seconds is not None:
+            anchor, step = self._interval_anchor(), timedelta(seconds=self.interval_seconds)
+            # Interval fires never precede the anchor (= start_at when set).
+            total = _ceil_steps(anchor, end, step) - _ceil_steps(anchor, start, step)
+            return min(max(0, total), cap)
+        count = 0
+        for fire in self.iter_fires(start, inclusive=True):
+            if fire >= end or count >= cap:
+                break
+            count += 1
+        return count
+
+    # -- internals
+
+    @property
+    def _zone(self) -> zoneinfo.ZoneInfo:
+        return zoneinfo.ZoneInfo(self.timezone)  # ZoneInfo caches instances by key
+
+    def _interval_anchor(self) -> datetime:
+        anchor = self.start_at if self.start_at is not None else self.anchor
+        assert anchor is not None  # __post_init__ guarantees it
+        return anchor
+
+    def _iter_interval(self, floor: datetime) -> Iterator[datetime]:
+        """anchor + k * interval, k >= 0, strictly after ``floor``.
+
+        timedelta arithmetic is exact integer microseconds: the thousandth fire
+        of a 7 s job is anchor + 7000 s exactly, with no accumulated drift.
+        """
+        anchor, step = self._interval_anchor(), timedelta(seconds=self.interval_seconds or 0)
+        k = 0 if floor < anchor else (floor - anchor) // step + 1
+        try:
+            while True:
+                yield anchor + k * step
+                k += 1
+        except OverflowError:
+            return
+
+    def _iter_cron(self, floor: datetime) -> Iterator[datetime]:
+        """Cron fires strictly after ``floor``, by cronie's daylight-saving rules.
+
+        1. Convert ``floor`` to a naive wall time in the job's zone, truncated to
+           the minute (fires are whole minutes, so nothing is lost, and croniter
+           then only sees exact float timestamps).
+        2. Let croniter iterate naive wall times: no time zone, so no DST logic
+           of its own to undo.
+        3. Map each wall time to UTC with :func:`_wall_to_utc` (first occurrence
+           of a repeated time; gap's end for a skipped one).
+        4. Drop anything not strictly after the last instant yielded (or
+           ``floor``). That removes the repeated hour's second pass when
+           ``floor`` lies in it, and collapses several skipped wall times onto
+           the one instant after the gap.
+
+        Starting from the wall time of ``floor`` misses nothing: the mapping in
+        step 3 never decreases as wall time increases, and maps floor's own wall
+        time to floor or to an hour before it (second pass of a repeated hour).
+        """
+        zone = self._zone
+        try:
+            wall = floor.astimezone(zone).replace(tzinfo=None, second=0, microsecond=0)
+        except OverflowError:
+            return  # at the very edge of the datetime range: no fires to give
+        it = croniter(
+            _croniter_expr(self.cron or ""), wall, max_years_between_matches=_SEARCH_YEARS
+        )
+        last = floor
+        while True:
+            try:
+                wall_fire = it.get_next(datetime)
+            except (CroniterBadDateError, OverflowError, ValueError):
+                return  # nothing within the horizon, or past year 9999
+            fire = _wall_to_utc(wall_fire, zone)
+            if fire > last:
+                last = fire
+                yield fire
+
+
+def _ceil_steps(anchor: datetime, t: datetime, step: timedelta) -> int:
+    """The smallest k >= 0 with anchor + k * step >= t."""
+    if t <= anchor:
+        return 0
+    return -((anchor - t) // step)
+
+
+# -- jitter, DST flags, risk warnings ---------------------------------------------
+
+
+def jitter_offset(job_id: uuid.UUID | str, jitter_seconds: int) -> float:
+    """A stable per-job delivery delay in [0, jitter_seconds), in seconds.
+
+    Derived from blake2b of the UUID's 16 bytes, never from ``hash()``, which is
+    salted per process: every dispatcher and worker must agree on a job's
+    offset. Whole microseconds, so ``timedelta(seconds=...)`` of it is exact.
+    """
+    if isinstance(jitter_seconds, bool) or not isinstance(jitter_seconds, int):
+        raise ScheduleError("jitter_seconds must be a whole number of seconds.")
+    if jitter_seconds < 0:
+        raise ScheduleError("jitter_seconds must not be negative.")
+    if jitter_seconds == 0:
+        return 0.0
+    try:
+        key = job_id.bytes if isinstance(job_id, uuid.UUID) else uuid.UUID(str(job_id)).bytes
+    except ValueError:
+        key = str(job_id).encode()
+    digest = hashlib.blake2b(key, digest_size=8, person=b"punctual-jitter").digest()
+    # A 64-bit hash modulo at most 3.6e9 microseconds: bias below 1e-9.
+    micros = int.from_bytes(digest, "big") % (jitter_seconds * 1_000_000)
+    return micros / 1_000_000
+
+
+def dst_transition_near(
+    when: datetime, timezone: str, within: timedelta = timedelta(hours=24)
+) -> bool:
+    """Whether the zone's UTC offset changes within ``within`` either side of
+    ``when``. The admin flags such fires: they are where schedules surprise."""
+    if within < timedelta(0):
+        raise ValueError("within must not be negative.")
+    zone = zoneinfo.ZoneInfo(validate_timezone(timezone))
+    when = _aware("when", when)
+    window = _transitions(zone, when - within, when + within, timedelta(hours=1))
+    return next(window, None) is not None
+
+
+def cron_risks(cron: str, timezone: str, *, now: datetime | None = None) -> list[str]:
+    """Short user-facing warnings about a cron that may not do what it says.
+
+    * Day-of-month and day-of-week both restricted: cron fires when EITHER
+      matches, so "0 0 13 * 5" fires on every 13th and on every Friday.
+    * Only day 29, 30 or 31: months without that day are skipped.
+    * A fixed hour whose wall time the zone skips or repeats at a DST change in
+      the year from ``now``: it fires once (after the gap, or at the first
+      occurrence), which is rarely what the owner pictured. Hourly and
+      per-minute crons ("*" hour) are not flagged: for them it is expected.
+
+    ``now`` picks the year of zone rules to look at. It defaults to a fixed
+    reference year rather than the clock, so that this stays pure.
+    """
+    cron = validate_cron(cron)
+    zone = zoneinfo.ZoneInfo(validate_timezone(timezone))
+    expr = _croniter_expr(cron)
+    expanded = croniter(expr, _VALIDATION_REFERENCE).expanded
+    risks: list[str] = []
+
+    dom, dow = expr.split()[_DOM], expr.split()[_DOW]
+    if expanded[_DOM] != ["*"] and expanded[_DOW] != ["*"]:
+        risks.append(
+            f"Day-of-month ({dom}) and day-of-week ({dow}) are both set, so this fires on "
+            "days matching EITHER of them, not only on days matching both."
+        )
+    days, months = expanded[_DOM], expanded[_MONTH]
+    if days != ["*"] and all(isinstance(d, int) for d in days):
+        first_day = min(days)
+        named = range(1, 13) if months == ["*"] else months
+        short = [m for m in named if isinstance(m, int) and first_day > _DAYS_IN_MONTH[m]]
+        if short == [2] and first_day == 29:
+            risks.append("29 February exists only in leap years: this fires every four years.")
+        elif short:
+            risks.append(
+                f"Day {dom} does not occur in every month ({calendar.month_abbr[short[0]]} has "
+                f"{_DAYS_IN_MONTH[short[0]]} days); those months are skipped. "
+                "L means the last day of the month."
+            )
+
+    if expanded[_HOUR] != ["*"]:
+        start = _aware("now", now) if now is not None else _RISK_REFERENCE
+        seen: set[str] = set()
+        for instant, before, after in _transitions(
+            zone, start, start + timedelta(days=366), timedelta(hours=6)
+        ):
+            kind = "gap" if after > before else "fold"
+            if kind in seen:
+                continue
+            # Wall times skipped (gap) or repeated (fold) by this change.
+            lo = (instant + min(before, after)).replace(tzinfo=None)
+            hi = (instant + max(before, after)).replace(tzinfo=None)
+            wall = _first_wall_fire(expr, lo)
+            if wall is None or wall >= hi:
+                continue
+            seen.add(kind)
+            shift = _duration(abs(after - before))
+            if kind == "gap":
+                runs_at = instant.astimezone(zone).strftime("%H:%M")
+                risks.append(
+                    f"{wall:%H:%M} does not exist in {timezone} on {wall:%Y-%m-%d} (clocks go "
+                    f"forward {shift}): fires due then run once, at {runs_at}."
+                )
+            else:
+                risks.append(
+                    f"{wall:%H:%M} happens twice in {timezone} on {wall:%Y-%m-%d} (clocks go "
+                    f"back {shift}): fires due then run once, at the first {wall:%H:%M}."
+                )
+    return risks
+
+
+def _first_wall_fire(expr: str, lo: datetime) -> datetime | None:
+    """The first naive wall time >= ``lo`` that ``expr`` names."""
+    start = (lo - _ONE_US).replace(second=0, microsecond=0)
+    try:
+        return croniter(expr, start, max_years_between_matches=1).get_next(datetime)
+    except (CroniterBadDateError, OverflowError, ValueError):
+        return None
+
+
+def _duration(delta: timedelta) -> str:
+    hours, minutes = divmod(int(delta.total_seconds()) // 60, 60)
+    if hours and minutes:
+        return f"{hours} h {minutes} min"
+    if hours:
+        return "1 hour" if hours == 1 else f"{hours} hours"
+    return f"{minutes} minutes"
