@@ -386,15 +386,25 @@ def _claim_sqlite(owner, limit, lease_seconds, target_kind, job_owner_id, job_id
         for run_id, timeout in chosen:
             deadline = now + dt.timedelta(seconds=timeout + DEADLINE_GRACE_SECONDS)
             lease_until = min(now + dt.timedelta(seconds=lease_seconds), deadline)
+            cur.execute("SELECT scheduled_at FROM runs_run WHERE id = %s", [run_id])
+            lag = (now - parse_dt(cur.fetchone()[0])).total_seconds()
             cur.execute(
                 """UPDATE runs_run SET state = 'running', attempt = attempt + 1,
                        lease_owner = %s, lease_seconds = %s, attempt_started_at = %s,
                        deadline_at = %s, lease_until = %s,
                        started_at = coalesce(started_at, %s),
-                       lag_seconds = coalesce(lag_seconds,
-                           (julianday(%s) - julianday(scheduled_at)) * 86400.0)
+                       lag_seconds = coalesce(lag_seconds, %s)
                    WHERE id = %s""",
-                [owner, lease_seconds, n, adapt_dt(deadline), adapt_dt(lease_until), n, n, run_id],
+                [
+                    owner,
+                    lease_seconds,
+                    n,
+                    adapt_dt(deadline),
+                    adapt_dt(lease_until),
+                    n,
+                    lag,
+                    run_id,
+                ],
             )
             cur.execute(
                 f"""SELECT r.id, r.job_id, r.scheduled_at, r.kind, r.attempt, r.max_attempts,

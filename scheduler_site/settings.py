@@ -5,6 +5,7 @@ See the configuration table in README.md. Settings hold wiring only: no logic.
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 
@@ -112,8 +113,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             ),
         }
     )
+    # A file (not :memory:) so WAL and several connections behave as in
+    # production; one per test process so parallel runs do not collide.
     DATABASES["default"].setdefault("TEST", {}).setdefault(
-        "NAME", str(BASE_DIR / "var" / "test_punctual.sqlite3")
+        "NAME", str(BASE_DIR / "var" / f"test_punctual_{os.getpid()}.sqlite3")
     )
 else:
     # Web processes keep their connection between requests; the loops hold one
