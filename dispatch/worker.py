@@ -315,7 +315,7 @@ class Worker:
         self._session = webhooks.make_session(
             limit=self.concurrency, allow_private=self.allow_private
         )
-        log.info("worker started", extra={"name": self.name, "concurrency": self.concurrency})
+        log.info("worker started", extra={"worker": self.name, "concurrency": self.concurrency})
         try:
             await self._db(self.registration.beat)
         except OperationalError:
@@ -347,7 +347,7 @@ class Worker:
         await self._session.close()
         await self._db(connections.close_all)
         self._executor.shutdown(wait=True)
-        log.info("worker stopped", extra={"name": self.name, "delivered": self.delivered})
+        log.info("worker stopped", extra={"worker": self.name, "delivered": self.delivered})
 
     def run_forever(self) -> None:
         close_old_connections()

@@ -310,9 +310,11 @@ class Job(models.Model):
         """A manual run, scheduled at the database's now, delivered like any other."""
         from runs.models import Run, RunKind
 
+        now = db_now()
         run = Run.objects.create(
             job=self,
-            scheduled_at=db_now(),
+            scheduled_at=now,
+            available_at=now,
             kind=RunKind.MANUAL,
             max_attempts=self.max_attempts,
             target_kind=self.target_kind,

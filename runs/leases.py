@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from django.db import connection, transaction
 
+from dispatch import metrics
 from scheduler_site.db import adapt_dt, adapt_uuid, is_postgres, parse_dt, parse_uuid
 
 log = logging.getLogger("punctual.leases")
@@ -512,6 +513,8 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
     2. Record an Attempt row for each applied result.
     3. Update the jobs' failure streaks, and list the jobs that must pause
        (a 410 Gone, or ``pause_after_failures`` reached).
+    4. Add the applied attempts to the delivery counters behind /metrics (one
+       upsert, in this transaction, so they count exactly what committed).
     """
     done = Completed()
     if not results:
@@ -527,6 +530,9 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
         done.stale = [r.run_id for r in results if r.run_id not in applied]
         _insert_attempts(owner, [by_id[i] for i in done.applied], now)
         done.pauses = _update_streaks([by_id[i] for i in done.applied])
+        # Last in the transaction: the counter rows are shared by the workers
+        # of one shard, so their row locks are held only until the commit.
+        metrics.record_deliveries([by_id[i] for i in done.applied])
     for run_id in done.stale:
         r = by_id[run_id]
         log.warning(

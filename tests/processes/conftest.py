@@ -1,0 +1,138 @@
+"""Real processes against the test PostgreSQL database: ``manage.py dispatch``,
+``manage.py work`` and the loopback receiver, started as OS processes and
+stopped with real signals. Tests wait by polling with a deadline."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1, message: str = ""):
+    """Poll ``predicate`` until it returns something truthy; fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {message or predicate}")
+        time.sleep(interval)
+
+
+def process_env(**extra: str) -> dict[str, str]:
+    s = connection.settings_dict
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=(
+            f"postgres://{s['USER'] or 'postgres'}@{s['HOST'] or '127.0.0.1'}:"
+            f"{s['PORT'] or 5432}/{s['NAME']}"
+        ),
+        SECRET_KEY=os.environ.get("SECRET_KEY", "punctual-test-key"),
+        PUNCTUAL_ALLOW_PRIVATE_TARGETS="true",
+        PYTHONUNBUFFERED="1",
+        PUNCTUAL_LOG_LEVEL="INFO",
+    )
+    env.update(extra)
+    return env
+
+
+class Processes:
+    """Starts processes in their own session and makes sure none outlives the test."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, *args: str, env: dict | None = None, name: str = "proc") -> subprocess.Popen:
+        log = open(self.tmp_path / f"{name}-{len(self.procs)}.log", "w")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, *args],
+            cwd=ROOT,
+            env=env or process_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        proc.log_path = log.name
+        self.procs.append(proc)
+        return proc
+
+    def manage(self, *args: str, env: dict | None = None, name: str | None = None):
+        return self.start("manage.py", *args, env=env, name=name or args[0])
+
+    def stop(self, proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        if proc.poll() is None:
+            proc.send_signal(sig)
+        return proc.wait(timeout=timeout)
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+            # Shown by pytest only when the test failed.
+            tail = Path(proc.log_path).read_text(errors="replace").splitlines()[-15:]
+            print(f"--- {proc.log_path} (exit {proc.returncode})", *tail, sep="\n")
+
+
+@pytest.fixture
+def processes(tmp_path):
+    procs = Processes(tmp_path)
+    yield procs
+    procs.cleanup()
+
+
+class ReceiverHandle:
+    def __init__(self, proc, port: int, log_path: Path) -> None:
+        self.proc, self.port, self.log_path = proc, port, log_path
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{path.lstrip('/')}"
+
+    def stats(self) -> dict:
+        return requests.get(self.url("stats"), timeout=5).json()
+
+    def reset_stats(self) -> None:
+        requests.post(self.url("stats/reset"), timeout=5)
+
+    def entries(self, event: str = "start") -> list[dict]:
+        if not self.log_path.exists():
+            return []
+        out = []
+        for line in self.log_path.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a line being written right now
+            if entry.get("event") == event:
+                out.append(entry)
+        return out
+
+
+@pytest.fixture
+def receiver(processes, tmp_path):
+    port_file = tmp_path / "receiver.port"
+    log_path = tmp_path / "receiver.jsonl"
+    proc = processes.start(
+        "-m",
+        "dispatch.loopback_receiver",
+        "--log",
+        str(log_path),
+        "--port-file",
+        str(port_file),
+        name="receiver",
+    )
+    wait_until(port_file.exists, timeout=30, message="the receiver to listen")
+    return ReceiverHandle(proc, int(port_file.read_text()), log_path)

@@ -1,0 +1,212 @@
+"""Real ``manage.py work`` processes delivering to a real local receiver
+(PRODUCT.md §1.2-1.4, §3 retries, §4 webhook delivery, §5 addresses)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import signal
+import time
+
+import pytest
+from standardwebhooks.webhooks import Webhook
+
+from jobs import crypto
+from runs.models import Run
+from tests.factories import make_job
+from tests.processes.conftest import process_env, wait_until
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def run_state(run_id):
+    return Run.objects.get(pk=run_id)
+
+
+def finished(run_id):
+    run = run_state(run_id)
+    return run if run.state in ("succeeded", "failed", "cancelled") else None
+
+
+def test_deliveries_verify_with_standardwebhooks_during_a_rotation(owner, processes, receiver):
+    job = make_job(owner, url=receiver.url("ok"))
+    old_secret = crypto.decrypt(job.secret_encrypted)
+    new_secret = job.rotate_secret()
+    run = job.trigger()
+    processes.manage("work", "--lease-seconds", "5")
+    wait_until(lambda: finished(run.pk), timeout=60, message="the run to finish")
+    assert run_state(run.pk).state == "succeeded"
+
+    [entry] = wait_until(receiver.entries, message="the receiver's log")
+    headers, body = entry["headers"], entry["body"]
+    assert len(headers["webhook-signature"].split(" ")) == 2
+    for secret in (old_secret, new_secret):
+        Webhook(secret).verify(body, headers)  # raises on a bad signature
+    data = json.loads(body)["data"]
+    assert headers["webhook-id"] == headers["idempotency-key"] == data["run_id"] == str(run.pk)
+    assert data["job_id"] == str(job.pk) and data["attempt"] == 1 and data["kind"] == "manual"
+    assert headers["user-agent"].startswith("Punctual/")
+
+
+def test_sigkilled_worker_run_is_redelivered_with_the_same_id(owner, processes, receiver):
+    lease = 3
+    job = make_job(owner, url=receiver.url("hold-first"), timeout_seconds=60)
+    run = job.trigger()
+    first = processes.manage("work", "--lease-seconds", str(lease), "--name", "doomed")
+    wait_until(lambda: receiver.entries(), timeout=60, message="the first delivery")
+    # The survivor is already up and polling when the first worker dies.
+    processes.manage("work", "--lease-seconds", str(lease), "--name", "survivor")
+    first.send_signal(signal.SIGKILL)
+    killed_at = time.time()
+    first.wait(timeout=10)
+
+    wait_until(lambda: finished(run.pk), timeout=60, message="the run to be re-delivered")
+    done = run_state(run.pk)
+    assert (done.state, done.attempt, done.lease_owner) == ("succeeded", 2, "")
+    starts = wait_until(lambda: len(e := receiver.entries()) >= 2 and e, message="the log")
+    assert [e["webhook_id"] for e in starts] == [str(run.pk)] * 2
+    assert [e["attempt"] for e in starts] == [1, 2]
+    assert starts[1]["t"] - killed_at <= lease + 1
+    assert list(done.attempts.values_list("number", "outcome", "worker")) == [
+        (1, "lease_expired", "doomed"),
+        (2, "succeeded", "survivor"),
+    ]
+
+
+@pytest.mark.parametrize("path", ["hang", "trickle"])
+def test_a_receiver_that_never_finishes_times_out_each_attempt_then_fails(
+    owner, processes, receiver, path
+):
+    job = make_job(
+        owner, url=receiver.url(path), timeout_seconds=2, max_attempts=2, retry_backoff_seconds=1
+    )
+    run = job.trigger()
+    processes.manage("work", "--lease-seconds", "30")
+
+    def check_lease():
+        r = run_state(run.pk)
+        if r.state == "running":
+            # The heartbeat never pushes a lease past the attempt deadline.
+            assert r.lease_until <= r.deadline_at
+        return r.state == "failed"
+
+    wait_until(check_lease, timeout=60, interval=0.2, message="the run to fail")
+    done = run_state(run.pk)
+    assert (done.attempt, done.reason) == (2, "attempts exhausted")
+    attempts = list(done.attempts.order_by("number"))
+    assert [a.outcome for a in attempts] == ["failed", "failed"]
+    for a in attempts:
+        assert 1500 <= a.duration_ms <= 4500  # ended at timeout_seconds, not later
+        assert "timed out" in a.error.lower() or "timeout" in a.error.lower()
+    wait_until(lambda: len(receiver.entries()) == 2, message="two attempts in the log")
+
+
+def test_status_handling(owner, processes, receiver):
+    def job_for(path, **kw):
+        kw.setdefault("retry_backoff_seconds", 1)
+        return make_job(owner, url=receiver.url(path), **kw)
+
+    flaky = job_for("flaky/1")
+    bad_request = job_for("status/400")
+    throttled = job_for("status/429?retry_after=2", max_attempts=2)
+    redirect = job_for("redirect")
+    gone = job_for("status/410")
+    big = job_for("big")
+    runs = {j.name: j.trigger() for j in (flaky, bad_request, throttled, redirect, gone, big)}
+    processes.manage("work", "--lease-seconds", "10")
+    wait_until(
+        lambda: all(finished(r.pk) for r in runs.values()), timeout=90, message="all runs to finish"
+    )
+    state = {name: run_state(r.pk) for name, r in runs.items()}
+
+    assert (state[flaky.name].state, state[flaky.name].attempt) == ("succeeded", 2)
+    assert (state[bad_request.name].state, state[bad_request.name].attempt) == ("failed", 1)
+    assert state[bad_request.name].last_status_code == 400
+
+    t = state[throttled.name]
+    assert (t.state, t.attempt) == ("failed", 2)
+    first, second = list(t.attempts.order_by("number"))
+    assert second.started_at - first.finished_at >= dt.timedelta(seconds=1.9)
+
+    r = state[redirect.name]
+    assert (r.state, r.attempt, r.last_status_code) == ("failed", 1, 302)
+    assert [e["path"] for e in receiver.entries()].count("/ok") == 0  # never followed
+
+    gone.refresh_from_db()
+    assert state[gone.name].state == "failed"
+    assert gone.state == "paused" and "410" in gone.pause_note
+
+    b = state[big.name]
+    assert b.state == "succeeded"
+    assert len(b.attempts.get().error) <= 500
+
+
+def test_private_targets_are_refused_at_delivery_when_not_allowed(owner, processes, receiver):
+    # Saved while allowed (e.g. through a since-tightened setting); refused at delivery.
+    job = make_job(owner, url=receiver.url("ok"))
+    run = job.trigger()
+    processes.manage("work", env=process_env(PUNCTUAL_ALLOW_PRIVATE_TARGETS="false"))
+    wait_until(lambda: finished(run.pk), timeout=60, message="the run to be refused")
+    done = run_state(run.pk)
+    assert (done.state, done.attempt) == ("failed", 1)
+    assert "127.0.0.1" in done.last_error
+    assert receiver.entries() == []
+
+
+def test_sigterm_drains_deliveries_in_flight_and_loses_none(owner, processes, receiver):
+    job = make_job(owner, url=receiver.url("slow/2"), overlap_policy="allow")
+    base = Run.objects.create(job=job, scheduled_at=job.created_at, available_at=job.created_at)
+    runs = [base] + [
+        Run.objects.create(
+            job=job,
+            scheduled_at=job.created_at + dt.timedelta(seconds=k),
+            available_at=job.created_at,
+            exclusive=False,
+        )
+        for k in range(1, 40)
+    ]
+    Run.objects.filter(pk=base.pk).update(exclusive=False)
+    worker = processes.manage("work", "--lease-seconds", "10", "--concurrency", "100")
+    wait_until(lambda: receiver.stats()["in_flight"] >= 40, timeout=60, message="40 in flight")
+    assert processes.stop(worker, signal.SIGTERM, timeout=60) == 0
+
+    done = Run.objects.filter(pk__in=[r.pk for r in runs])
+    assert sorted(set(done.values_list("state", flat=True))) == ["succeeded"]
+    assert set(done.values_list("attempt", flat=True)) == {1}
+    assert receiver.stats()["count"] == 40
+
+
+def test_one_worker_holds_2000_slow_deliveries_in_flight(owner, processes, receiver):
+    job = make_job(owner, url=receiver.url("slow/2"), overlap_policy="allow", timeout_seconds=60)
+    t0 = job.created_at
+    Run.objects.bulk_create(
+        Run(
+            job=job,
+            scheduled_at=t0 + dt.timedelta(milliseconds=k),
+            available_at=t0,
+            exclusive=False,
+        )
+        for k in range(2000)
+    )
+    worker = processes.manage("work", "--concurrency", "2000", "--lease-seconds", "30")
+    peak = wait_until(
+        lambda: (s := receiver.stats())["max_in_flight"] >= 2000 and s["max_in_flight"],
+        timeout=120,
+        interval=0.2,
+        message="2000 deliveries in flight at once",
+    )
+    assert peak == 2000
+    rss_kb = int(
+        next(
+            line.split()[1]
+            for line in open(f"/proc/{worker.pid}/status")
+            if line.startswith("VmRSS:")
+        )
+    )
+    print(f"worker RSS with 2000 in flight: {rss_kb / 1024:.0f} MB")
+    wait_until(
+        lambda: Run.objects.filter(job=job, state="succeeded").count() == 2000,
+        timeout=120,
+        interval=0.5,
+        message="all 2000 to succeed",
+    )
