@@ -176,7 +176,7 @@ class Dispatcher:
     def run_forever(self) -> None:
         """Loop until SIGTERM/SIGINT; survive the database going away."""
         self.install_signal_handlers()
-        log.info("dispatcher started", extra={"process": self.registration.name})
+        log.info("dispatcher started", extra={"dispatcher": self.registration.name})
         while not self.stopping.is_set():
             try:
                 self.run_once()
@@ -194,7 +194,7 @@ class Dispatcher:
             self.registration.leave()
         except OperationalError:
             pass
-        log.info("dispatcher stopped", extra={"process": self.registration.name})
+        log.info("dispatcher stopped", extra={"dispatcher": self.registration.name})
 
     def install_signal_handlers(self) -> None:
         def stop(signum, frame):

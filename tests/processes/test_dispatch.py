@@ -1,0 +1,137 @@
+"""Real ``manage.py dispatch`` processes against PostgreSQL (PRODUCT.md §1.1, §3)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+from collections import defaultdict
+
+import pytest
+
+from jobs.models import Job
+from runs.models import Run
+from scheduler_site.db import db_now
+from tests.factories import make_job
+from tests.processes.conftest import wait_until
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+S = dt.timedelta(seconds=1)
+
+
+def fires_by_job(jobs) -> dict:
+    fires = defaultdict(list)
+    for job_id, scheduled_at in (
+        Run.objects.filter(job__in=jobs)
+        .order_by("scheduled_at")
+        .values_list("job_id", "scheduled_at")
+    ):
+        fires[job_id].append(scheduled_at)
+    return fires
+
+
+def test_three_dispatchers_make_exactly_one_run_per_fire(owner, processes):
+    jobs = [make_job(owner, interval_seconds=1, name=f"every-second-{k}") for k in range(200)]
+    dispatchers = [processes.manage("dispatch", name=f"dispatch{k}") for k in range(3)]
+    started = db_now()
+    wait_until(
+        lambda: db_now() - started >= dt.timedelta(seconds=15),
+        timeout=60,
+        interval=0.5,
+        message="15 s of dispatching",
+    )
+    for proc in dispatchers:
+        assert processes.stop(proc, signal.SIGTERM) == 0
+
+    fires = fires_by_job(jobs)
+    assert len(fires) == 200
+    for job in jobs:
+        times = fires[job.pk]
+        assert len(times) >= 12, f"{job.name} fired only {len(times)} times in 15 s"
+        # No gap and no duplicate: consecutive fires are exactly one interval apart.
+        assert all(b - a == S for a, b in zip(times, times[1:], strict=False)), job.name
+    states = set(Run.objects.filter(job__in=jobs).values_list("state", flat=True))
+    assert states <= {"pending", "skipped"}
+
+
+def test_dispatcher_outage_outcomes_follow_each_misfire_policy(owner, processes):
+    common = dict(interval_seconds=1, misfire_grace_seconds=2, overlap_policy="allow")
+    skip = make_job(owner, name="skip", misfire_policy="skip", **common)
+    catch_up = make_job(owner, name="catch-up", misfire_policy="catch_up", max_catchup=3, **common)
+    dispatcher = processes.manage("dispatch", name="before")
+    wait_until(lambda: Run.objects.filter(job=skip).count() >= 2, message="fires before")
+    assert processes.stop(dispatcher) == 0
+    stopped = db_now()
+    wait_until(
+        lambda: db_now() - stopped >= dt.timedelta(seconds=8),
+        timeout=30,
+        interval=0.5,
+        message="an outage longer than the grace",
+    )
+    processes.manage("dispatch", name="after")
+    wait_until(
+        lambda: Run.objects.filter(job=catch_up, kind="catch_up").exists(),
+        timeout=30,
+        message="recovery",
+    )
+    # skip: the fires past grace are recorded as missed, and none is delivered.
+    missed = Run.objects.filter(job=skip, state="missed")
+    assert missed.count() >= 4
+    assert set(missed.values_list("reason", flat=True)) == {"past grace"}
+    assert not missed.filter(attempt__gt=0).exists()
+    assert not Run.objects.filter(job=skip, kind="catch_up").exists()
+    # catch_up: exactly max_catchup catch-up runs, the older misfires missed.
+    assert Run.objects.filter(job=catch_up, kind="catch_up").count() == 3
+    older = Run.objects.filter(job=catch_up, state="missed")
+    assert older.count() >= 1
+    assert set(older.values_list("reason", flat=True)) == {"over catch-up cap"}
+    newest_missed = older.order_by("-scheduled_at").first().scheduled_at
+    oldest_catch_up = (
+        Run.objects.filter(job=catch_up, kind="catch_up").order_by("scheduled_at").first()
+    )
+    assert newest_missed < oldest_catch_up.scheduled_at
+    for job in (skip, catch_up):
+        times = fires_by_job([job])[job.pk]
+        assert all(b - a == S for a, b in zip(times, times[1:], strict=False)), job.name
+
+
+def test_dispatcher_writes_its_heartbeat_and_leaves_on_sigterm(owner, processes):
+    from dispatch.models import ProcessHeartbeat
+
+    proc = processes.manage("dispatch", "--name", "beating")
+    wait_until(lambda: ProcessHeartbeat.objects.filter(name="beating").exists(), message="a beat")
+    assert processes.stop(proc) == 0
+    assert not ProcessHeartbeat.objects.filter(name="beating").exists()
+
+
+def test_overlap_seen_at_the_receiver(owner, processes, receiver):
+    """Under skip and queue no two deliveries of one job are in flight at once;
+    under allow they are."""
+    exclusive = [
+        make_job(owner, name=p, interval_seconds=1, overlap_policy=p, url=receiver.url("slow/2.5"))
+        for p in ("skip", "queue")
+    ]
+    processes.manage("dispatch")
+    processes.manage("work", "--lease-seconds", "10")
+    wait_until(
+        lambda: Run.objects.filter(job__in=exclusive, state="succeeded").count() >= 6,
+        timeout=90,
+        message="several deliveries of the exclusive jobs",
+    )
+    assert receiver.stats()["max_in_flight_per_job"] == 1
+    assert Run.objects.filter(job=exclusive[0], state="skipped", reason="overlap").exists()
+    assert Run.objects.filter(job=exclusive[1], state="skipped", reason="overlap").exists()
+
+    Job.objects.filter(pk__in=[j.pk for j in exclusive]).update(state="paused")
+    make_job(
+        owner,
+        name="allow",
+        interval_seconds=1,
+        overlap_policy="allow",
+        url=receiver.url("slow/2.5"),
+    )
+    receiver.reset_stats()
+    wait_until(
+        lambda: receiver.stats()["max_in_flight_per_job"] >= 2,
+        timeout=60,
+        message="overlapping deliveries under allow",
+    )
