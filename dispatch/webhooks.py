@@ -1,0 +1,740 @@
+"""The only outbound HTTP in Punctual: signing, the address guard, limits, errors.
+
+Everything a receiver sees is built here (PRODUCT.md §4 "Webhook delivery"), and
+every rule about where Punctual may connect lives here (PRODUCT.md §5 "Outbound
+addresses"). The module imports no Django, so the worker, the API validators and
+the unit tests all share the same code.
+
+How an address is vetted, end to end:
+
+1. ``check_url()`` runs when a job is saved: scheme, host, no userinfo, length,
+   port; then the host is resolved and every answer must be public.
+2. ``deliver()`` re-checks the URL syntax and any literal IP host, because
+   aiohttp connects to IP literals without asking a resolver.
+3. For host names, the session's ``GuardedResolver`` vets each DNS answer, and
+   aiohttp connects to exactly the addresses that resolver returned. A name
+   that was public at save time and points at 127.0.0.1 at delivery time (DNS
+   rebinding) is refused at step 3, and the TCP connection is never opened.
+4. Redirects are never followed, so a public receiver cannot bounce a signed
+   request to an internal address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import errno
+import hashlib
+import hmac
+import ipaddress
+import json
+import re
+import socket
+import ssl
+import time
+import unicodedata
+import urllib.parse
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from typing import Any
+
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import ThreadedResolver
+from yarl import URL
+
+from runs.retry import Outcome, classify_status
+
+__all__ = [
+    "MAX_RESPONSE_BYTES",
+    "USER_AGENT",
+    "Delivery",
+    "DeliveryResult",
+    "GuardedResolver",
+    "RefusedAddressError",
+    "UnsafeTargetError",
+    "build_request",
+    "check_url",
+    "check_url_syntax",
+    "deliver",
+    "is_public_address",
+    "make_session",
+    "resolve_public",
+    "secret_key_bytes",
+    "sign",
+    "signature_header",
+]
+
+
+def _version() -> str:
+    try:
+        return metadata.version("punctual")
+    except metadata.PackageNotFoundError:
+        return "0.1.0"
+
+
+USER_AGENT = f"Punctual/{_version()}"
+
+# A receiver that answers with a 10 MB page (an HTML error page, or a hostile
+# endless stream) must not cost a worker that much memory per delivery: with
+# 500 deliveries in flight that would be gigabytes.
+MAX_RESPONSE_BYTES = 64 * 1024
+MAX_URL_LENGTH = 2000
+MAX_EXCERPT_CHARS = 500
+MAX_ERROR_CHARS = 2000
+
+# Cached DNS answers are only ever vetted ones (a refused lookup raises and is
+# not cached), so the cache cannot launder a rebinding answer. Keeping it short
+# still means a receiver that moves hosts is followed within seconds.
+DNS_CACHE_SECONDS = 10
+
+_SECRET_PREFIX = "whsec_"
+_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class UnsafeTargetError(ValueError):
+    """A webhook URL that Punctual refuses to call. The message is shown to the owner."""
+
+
+class RefusedAddressError(OSError):
+    """Raised by ``GuardedResolver`` inside aiohttp's connector.
+
+    It is an ``OSError`` because aiohttp wraps resolver ``OSError``s in
+    ``ClientConnectorDNSError`` before any connection is attempted; ``deliver()``
+    finds it again in that wrapper and classifies the attempt as permanent.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.EACCES, message)
+
+
+# --------------------------------------------------------------------------
+# Signing (Standard Webhooks, v1 = HMAC-SHA256)
+# --------------------------------------------------------------------------
+
+
+def secret_key_bytes(secret: str) -> bytes:
+    """The HMAC key behind a ``whsec_<base64>`` secret.
+
+    Error messages never echo the secret: they end up in run errors and logs.
+    """
+    if not isinstance(secret, str) or not secret.startswith(_SECRET_PREFIX):
+        raise ValueError("webhook secret must start with 'whsec_'")
+    encoded = secret[len(_SECRET_PREFIX) :]
+    # Tolerate missing padding, as the reference implementation does.
+    encoded += "=" * (-len(encoded) % 4)
+    try:
+        key = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("webhook secret is not valid base64") from None
+    if not key:
+        raise ValueError("webhook secret is empty")
+    return key
+
+
+def sign(key: bytes, msg_id: str, timestamp: int, body: bytes) -> str:
+    """One ``v1,<base64>`` signature over ``"<msg_id>.<timestamp>.<body>"``."""
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    digest = hmac.new(key, signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode("ascii")
+
+
+def signature_header(secrets: list[str], msg_id: str, timestamp: int, body: bytes) -> str:
+    """Space-separated signatures, one per secret.
+
+    During a rotation both the new and the old secret sign, so a receiver that
+    has not yet switched keeps verifying with the old one.
+    """
+    if not secrets:
+        # Fail closed: an unsigned webhook would be accepted by a receiver that
+        # forgot to verify, and is forgeable by anyone who knows the URL.
+        raise ValueError("no signing secret: refusing to send an unsigned webhook")
+    return " ".join(sign(secret_key_bytes(s), msg_id, timestamp, body) for s in secrets)
+
+
+# --------------------------------------------------------------------------
+# The request
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Everything one attempt needs, copied out of the database by the worker."""
+
+    run_id: str
+    job_id: str
+    job_name: str
+    scheduled_at: datetime
+    kind: str
+    attempt: int
+    payload: dict[str, Any]
+    url: str
+    # Current secret first. Kept out of repr() so that a logged Delivery, or a
+    # traceback that shows one, never leaks a signing secret.
+    secrets: list[str] = field(repr=False)
+    timeout_seconds: float
+
+    def __post_init__(self) -> None:
+        if not self.secrets:
+            raise ValueError("a webhook delivery needs at least one signing secret")
+        if not self.timeout_seconds > 0:
+            raise ValueError("timeout_seconds must be positive")
+        if self.scheduled_at.tzinfo is None:
+            raise ValueError("scheduled_at must be timezone-aware")
+
+
+def _iso_utc(value: datetime) -> str:
+    """ISO 8601 in UTC with a ``Z`` suffix, the way DRF renders datetimes.
+
+    Using DRF's form means ``scheduled_at`` in a webhook is the same string as in
+    the REST API, so a receiver can compare the two without parsing.
+    Microseconds appear only when non-zero, as with ``datetime.isoformat()``.
+    """
+    if value.tzinfo is None:
+        raise ValueError("naive datetime: webhook times must be timezone-aware")
+    text = value.astimezone(UTC).isoformat()
+    return text.removesuffix("+00:00") + "Z"
+
+
+def build_request(delivery: Delivery, now: datetime) -> tuple[dict[str, str], bytes]:
+    """The headers and body of one attempt, signed at ``now``.
+
+    ``webhook-id`` and ``idempotency-key`` are both the run id, identical on
+    every attempt of the run: that is what lets a receiver de-duplicate retries.
+    The body timestamp and the signed ``webhook-timestamp`` are both ``now``.
+    """
+    timestamp = int(now.timestamp())
+    document = {
+        "type": "job.fire",
+        "timestamp": _iso_utc(now),
+        "data": {
+            "run_id": delivery.run_id,
+            "job_id": delivery.job_id,
+            "job_name": delivery.job_name,
+            "scheduled_at": _iso_utc(delivery.scheduled_at),
+            "kind": delivery.kind,
+            "attempt": delivery.attempt,
+            "payload": delivery.payload,
+        },
+    }
+    # allow_nan=False: NaN is not JSON, and a strict receiver would reject it.
+    body = json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
+        "utf-8"
+    )
+    headers = {
+        "content-type": "application/json",
+        "webhook-id": delivery.run_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": signature_header(delivery.secrets, delivery.run_id, timestamp, body),
+        "idempotency-key": delivery.run_id,
+        "user-agent": USER_AGENT,
+        # We never decompress (auto_decompress=False): a 64 KiB gzip bomb could
+        # expand to gigabytes. Asking for identity keeps the excerpt readable.
+        "accept-encoding": "identity",
+    }
+    return headers, body
+
+
+# --------------------------------------------------------------------------
+# The address guard
+# --------------------------------------------------------------------------
+
+# Explicit lists on top of ipaddress.is_global, because is_global has changed
+# between Python releases and gets some ranges wrong for our purpose: on 3.11,
+# 224.0.0.1 (multicast) and ::127.0.0.1 (IPv4-compatible loopback) are "global".
+_BLOCKED_V4 = tuple(
+    ipaddress.IPv4Network(net)
+    for net in (
+        "0.0.0.0/8",  # "this network": connecting to 0.0.0.0 reaches localhost on Linux
+        "10.0.0.0/8",
+        "100.64.0.0/10",  # carrier-grade NAT shared space, internal to a provider
+        "127.0.0.0/8",
+        "169.254.0.0/16",  # link-local, incl. the 169.254.169.254 cloud metadata service
+        "172.16.0.0/12",
+        "192.0.0.0/24",  # IETF protocol assignments
+        "192.0.2.0/24",  # TEST-NET-1
+        "192.88.99.0/24",  # deprecated 6to4 relay anycast
+        "192.168.0.0/16",
+        "198.18.0.0/15",  # benchmarking
+        "198.51.100.0/24",  # TEST-NET-2
+        "203.0.113.0/24",  # TEST-NET-3
+        "224.0.0.0/4",  # multicast
+        "240.0.0.0/4",  # reserved, incl. 255.255.255.255 broadcast
+    )
+)
+_BLOCKED_V6 = tuple(
+    ipaddress.IPv6Network(net)
+    for net in (
+        # ::, ::1 and the deprecated IPv4-compatible form ::a.b.c.d: some stacks
+        # still route ::127.0.0.1 to loopback, and no real receiver lives here.
+        "::/96",
+        "::ffff:0:0:0/96",  # IPv4-translated (RFC 2765)
+        "64:ff9b:1::/48",  # local-use NAT64
+        "100::/64",  # discard-only
+        "2001::/23",  # IETF protocol assignments, incl. Teredo tunnels (2001::/32)
+        "2001:db8::/32",  # documentation
+        "3fff::/20",  # documentation (RFC 9637)
+        "5f00::/16",  # SRv6 SIDs
+        "fc00::/7",  # unique local
+        "fe80::/10",  # link-local
+        "fec0::/10",  # deprecated site-local
+        "ff00::/8",  # multicast
+    )
+)
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def is_public_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """True only for a globally routable unicast address.
+
+    IPv6 forms that embed an IPv4 address (mapped ``::ffff:a.b.c.d``, NAT64
+    ``64:ff9b::a.b.c.d``, 6to4 ``2002:AABB:CCDD::``) are judged by the IPv4
+    address inside, because the packet ends up there: ``[::ffff:127.0.0.1]``
+    is loopback, whatever its spelling.
+    """
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.scope_id:
+            # A zone index only makes sense for link-local and other scoped
+            # addresses; a public receiver never needs one.
+            return False
+        if ip.ipv4_mapped is not None:
+            return is_public_address(ip.ipv4_mapped)
+        if ip in _NAT64:
+            return is_public_address(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+        if ip.sixtofour is not None and not is_public_address(ip.sixtofour):
+            return False
+        blocked = any(ip in net for net in _BLOCKED_V6) or ip.is_site_local
+    else:
+        blocked = any(ip in net for net in _BLOCKED_V4)
+    return not (
+        blocked
+        or not ip.is_global
+        or ip.is_private
+        or ip.is_loopback
+        or ip.is_link_local
+        or ip.is_multicast
+        or ip.is_reserved
+        or ip.is_unspecified
+    )
+
+
+# inet_aton() accepts legacy IPv4 spellings — "127.1", "0x7f.0.0.1",
+# "2130706433", octal "0177.0.0.1" — and getaddrinfo() uses it before DNS, so an
+# attacker can write loopback without a single "127.0.0.1" in the URL.
+_LEGACY_V4 = re.compile(r"[0-9a-fA-FxX.]+")
+
+
+def _ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address a host string denotes on its own, without DNS, or None for a name."""
+    text = host
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    # yarl keeps an IPv6 zone index percent-encoded ("fe80::1%25eth0").
+    text = text.replace("%25", "%")
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        pass
+    if text.isascii() and _LEGACY_V4.fullmatch(text):
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(text))
+        except OSError:
+            return None
+    return None
+
+
+def _looks_like_ip(host: str) -> bool:
+    # The same heuristic aiohttp uses to skip the resolver and connect directly.
+    # A host that aiohttp treats as an IP but that we cannot parse must be
+    # refused, or it would reach the socket layer unvetted.
+    return ":" in host or host.replace(".", "").isdigit()
+
+
+def _parse_target(url: str) -> URL:
+    """Parse with yarl — the parser aiohttp itself uses — and check the syntax.
+
+    Checking with the same parser that connects avoids parser differentials
+    (a URL that urllib reads as one host and aiohttp as another).
+    """
+    if not isinstance(url, str) or not url:
+        raise UnsafeTargetError("URL is required")
+    if len(url) > MAX_URL_LENGTH:
+        raise UnsafeTargetError(f"URL is longer than {MAX_URL_LENGTH} characters")
+    # Backslashes, whitespace and control characters are where URL parsers
+    # disagree (WHATWG reads "\" as "/"); no valid URL needs them unescaped.
+    if any(ch == "\\" or ch.isspace() or unicodedata.category(ch) == "Cc" for ch in url):
+        raise UnsafeTargetError("URL must not contain spaces, control characters or backslashes")
+    try:
+        parsed = URL(url)
+        netloc = urllib.parse.urlsplit(url).netloc
+    except (ValueError, TypeError, UnicodeError):
+        raise UnsafeTargetError("URL is not valid") from None
+    if parsed.scheme not in ("http", "https"):
+        raise UnsafeTargetError("URL must start with http:// or https://")
+    # Userinfo would be sent as Basic credentials and shown in logs and the
+    # admin, and "https://bank.example@evil.example/" misleads the human eye.
+    # Both parsers must agree there is none.
+    if "@" in netloc or parsed.raw_user is not None or parsed.raw_password is not None:
+        raise UnsafeTargetError("URL must not contain a user name or password")
+    host = parsed.raw_host
+    if not host:
+        raise UnsafeTargetError("URL must include a host name")
+    if _looks_like_ip(host) and _ip_literal(host) is None:
+        raise UnsafeTargetError(f"URL host is not a valid IP address ({host})")
+    port = parsed.port
+    if port is None or not 1 <= port <= 65535:
+        raise UnsafeTargetError("URL port must be between 1 and 65535")
+    return parsed
+
+
+def check_url_syntax(url: str) -> None:
+    """Raise ``UnsafeTargetError`` unless ``url`` is a well-formed http(s) URL.
+
+    No DNS, so it is cheap enough for every save and every delivery.
+    """
+    _parse_target(url)
+
+
+def _refuse_non_public(addresses: Iterable[str]) -> None:
+    for address in addresses:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            # Fail closed: an answer we cannot read is an answer we cannot vet.
+            raise UnsafeTargetError(
+                f"URL host resolves to an unreadable address ({address})"
+            ) from None
+        if not is_public_address(ip):
+            raise UnsafeTargetError(f"URL host resolves to a non-public address ({address})")
+
+
+def _getaddrinfo_addresses(host: str) -> list[str]:
+    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    return [str(info[4][0]) for info in infos]
+
+
+def check_url(
+    url: str,
+    *,
+    allow_private: bool,
+    resolve: Callable[[str], list[str]] | None = None,
+) -> None:
+    """The save-time check: syntax, then (unless ``allow_private``) every address.
+
+    ``resolve`` maps an IDNA-encoded host name to address strings; the default
+    is ``socket.getaddrinfo``. Any non-public answer refuses the URL: a name
+    with one public and one private address would otherwise reach the private
+    one on some attempts. Delivery checks again (DNS can change after a save).
+    """
+    parsed = _parse_target(url)
+    if allow_private:
+        return
+    host = parsed.raw_host
+    assert host is not None  # _parse_target guarantees it
+    literal = _ip_literal(host)
+    if literal is not None:
+        if not is_public_address(literal):
+            raise UnsafeTargetError(f"URL host is a non-public address ({literal})")
+        return
+    try:
+        addresses = (resolve or _getaddrinfo_addresses)(host)
+    except (OSError, UnicodeError):
+        raise UnsafeTargetError(f"could not resolve {host}") from None
+    if not addresses:
+        raise UnsafeTargetError(f"could not resolve {host}")
+    _refuse_non_public(addresses)
+
+
+async def resolve_public(
+    host: str,
+    port: int,
+    *,
+    allow_private: bool,
+    resolver: AbstractResolver | None = None,
+) -> list[str]:
+    """Resolve ``host`` and return its addresses, refusing any non-public one.
+
+    Literal IPs, in any spelling the OS accepts, are judged without DNS.
+    ``resolver`` is an aiohttp ``AbstractResolver`` (default: ``ThreadedResolver``,
+    i.e. ``getaddrinfo`` in a thread).
+    """
+    literal = _ip_literal(host)
+    if literal is not None:
+        if not allow_private and not is_public_address(literal):
+            raise UnsafeTargetError(f"URL host is a non-public address ({literal})")
+        return [str(literal)]
+    inner = resolver or ThreadedResolver()
+    try:
+        results = await inner.resolve(host, port, family=socket.AF_UNSPEC)
+    except OSError:
+        raise UnsafeTargetError(f"could not resolve {host}") from None
+    addresses = [result["host"] for result in results]
+    if not addresses:
+        raise UnsafeTargetError(f"could not resolve {host}")
+    if not allow_private:
+        _refuse_non_public(addresses)
+    return addresses
+
+
+class GuardedResolver(AbstractResolver):
+    """An aiohttp resolver that refuses non-public answers.
+
+    aiohttp connects to the addresses its resolver returns, so vetting them here
+    closes the DNS-rebinding window: there is no second lookup between the check
+    and the connect. If any answer is non-public the whole lookup is refused
+    (not filtered), matching the save-time rule.
+    """
+
+    def __init__(self, *, allow_private: bool, inner: AbstractResolver | None = None) -> None:
+        self._allow_private = allow_private
+        # Created lazily: ThreadedResolver needs a running event loop.
+        self._inner = inner
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        if self._inner is None:
+            self._inner = ThreadedResolver()
+        results = await self._inner.resolve(host, port, family=family)
+        if not self._allow_private:
+            for result in results:
+                address = result["host"]
+                try:
+                    public = is_public_address(ipaddress.ip_address(address))
+                except ValueError:
+                    public = False
+                if not public:
+                    raise RefusedAddressError(f"refused non-public address {address} for {host}")
+        return results
+
+    async def close(self) -> None:
+        if self._inner is not None:
+            await self._inner.close()
+
+
+def make_session(
+    *,
+    limit: int = 1000,
+    allow_private: bool,
+    resolver: AbstractResolver | None = None,
+) -> aiohttp.ClientSession:
+    """The one HTTP client session a worker uses for all its deliveries.
+
+    Call it inside a running event loop. ``resolver`` replaces the OS resolver
+    behind the guard (tests use it to fake DNS answers).
+    """
+    connector = aiohttp.TCPConnector(
+        resolver=GuardedResolver(allow_private=allow_private, inner=resolver),
+        limit=limit,
+        # Many jobs share one receiver host; a per-host cap would make them
+        # queue behind each other and fire late.
+        limit_per_host=0,
+        ttl_dns_cache=DNS_CACHE_SECONDS,
+        force_close=False,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        auto_decompress=False,  # decompression bombs; see accept-encoding above
+        cookie_jar=aiohttp.DummyCookieJar(),  # one receiver's cookies must not reach another
+        # trust_env=False ignores HTTP(S)_PROXY: a proxy resolves the host
+        # itself, which would bypass the address guard entirely.
+        trust_env=False,
+        # Each request passes its own deadline; no session-wide default.
+        timeout=aiohttp.ClientTimeout(total=None),
+    )
+
+
+# --------------------------------------------------------------------------
+# Delivery
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class DeliveryResult:
+    outcome: Outcome
+    status_code: int | None
+    error: str  # short, at most 2,000 characters; "" on success
+    excerpt: str  # the first at most 500 characters of the response body
+    duration_ms: int
+    retry_after: str | None  # the raw Retry-After header, if any
+    gone: bool  # 410: the worker pauses the job
+    # How much of the response body was read: at most MAX_RESPONSE_BYTES, so a
+    # value at the cap means the rest was dropped unread.
+    body_bytes: int = 0
+
+
+def _clean(text: str, limit: int) -> str:
+    # PostgreSQL text cannot hold NUL, and a receiver controls these bytes: an
+    # excerpt with "\x00" would make the worker's completion UPDATE fail.
+    return text.replace("\x00", "\ufffd")[:limit]
+
+
+async def _read_capped(stream: aiohttp.StreamReader, limit: int) -> bytes:
+    """Read at most ``limit`` bytes; the rest is dropped with the connection."""
+    received = bytearray()
+    while len(received) < limit:
+        chunk = await stream.read(limit - len(received))
+        if not chunk:
+            break
+        received += chunk
+    return bytes(received)
+
+
+def _find_refusal(exc: BaseException) -> RefusedAddressError | None:
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, RefusedAddressError):
+            return current
+        if isinstance(current, aiohttp.ClientConnectorError):
+            pending.append(current.os_error)
+        pending.extend((current.__cause__, current.__context__))
+    return None
+
+
+def _classify_error(exc: BaseException, timeout_seconds: float) -> tuple[Outcome, str]:
+    """Sort a failed attempt into retryable or permanent, with an owner-readable message.
+
+    Permanent means "the same request will fail the same way": a refused
+    address, a bad URL, a TLS certificate that does not verify. Everything
+    network-shaped (refused connection, reset, DNS failure, timeout) is
+    retryable, because receivers restart and networks blip.
+    """
+    refusal = _find_refusal(exc)
+    if refusal is not None:
+        return Outcome.PERMANENT, str(refusal.strerror)
+    if isinstance(exc, TimeoutError):
+        # Includes aiohttp's ServerTimeoutError and ConnectionTimeoutError.
+        return Outcome.RETRYABLE, f"timed out after {timeout_seconds:g} s"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return Outcome.PERMANENT, f"TLS certificate error: {exc.certificate_error}"
+    if isinstance(exc, aiohttp.ClientSSLError | ssl.SSLCertVerificationError):
+        # A failed TLS handshake (wrong protocol, https:// to a plain-HTTP
+        # port) is a configuration problem that a retry in seconds won't fix.
+        return Outcome.PERMANENT, f"TLS error: {exc}"
+    if isinstance(exc, aiohttp.ServerFingerprintMismatch):
+        return Outcome.PERMANENT, "TLS fingerprint mismatch"
+    if isinstance(exc, aiohttp.InvalidURL | aiohttp.NonHttpUrlClientError):
+        return Outcome.PERMANENT, f"invalid URL: {exc}"
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return Outcome.RETRYABLE, f"could not resolve {exc.host}: {exc.os_error}"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return Outcome.RETRYABLE, f"connection failed: {exc}"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return Outcome.RETRYABLE, "server disconnected before answering"
+    if isinstance(exc, aiohttp.ClientError | OSError):
+        return Outcome.RETRYABLE, f"{type(exc).__name__}: {exc}"
+    # ValueError from the request layer (e.g. a header aiohttp will not send).
+    return Outcome.PERMANENT, f"{type(exc).__name__}: {exc}"
+
+
+def _status_error(status: int, reason: str | None, location: str | None) -> str:
+    text = f"HTTP {status} {reason or ''}".rstrip()
+    if status == 410:
+        return f"{text}: the receiver says this URL no longer exists"
+    if 300 <= status <= 399:
+        where = f" to {location}" if location else ""
+        return f"{text}: redirect{where} not followed; update the job's URL"
+    return text
+
+
+async def deliver(
+    session: aiohttp.ClientSession,
+    delivery: Delivery,
+    *,
+    now: datetime,
+    allow_private: bool,
+) -> DeliveryResult:
+    """Make one attempt and say what happened. Never raises for network problems.
+
+    1. Check the URL syntax and any literal IP host (aiohttp does not resolve
+       literals, so the session's GuardedResolver never sees them).
+    2. Sign the request at ``now``.
+    3. POST without following redirects, under one hard deadline covering
+       connect, headers and body: a receiver that trickles a byte every 500 ms
+       cannot stretch the attempt past ``timeout_seconds``.
+    4. Read at most 64 KiB of the body, then drop the connection if more is left.
+    5. Classify: 2xx success, statuses per ``classify_status``, 410 gone.
+       A deadline that expires while the body is still arriving is a
+       retryable timeout even after a 2xx status line (``status_code`` then
+       shows it): the attempt did not finish, and the run id lets the receiver
+       drop the duplicate.
+
+    ``session`` must come from ``make_session()``: its resolver is what vets
+    host names. When the session and ``allow_private`` disagree, the stricter
+    one wins.
+    """
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    started = time.monotonic()
+
+    def result(
+        outcome: Outcome,
+        error: str = "",
+        *,
+        status: int | None = None,
+        body: bytes = b"",
+        retry_after: str | None = None,
+        gone: bool = False,
+    ) -> DeliveryResult:
+        excerpt = body[: MAX_EXCERPT_CHARS * 4].decode("utf-8", errors="replace")
+        return DeliveryResult(
+            outcome=outcome,
+            status_code=status,
+            error=_clean(error, MAX_ERROR_CHARS),
+            excerpt=_clean(excerpt, MAX_EXCERPT_CHARS),
+            duration_ms=int((time.monotonic() - started) * 1000),
+            retry_after=retry_after,
+            gone=gone,
+            body_bytes=len(body),
+        )
+
+    try:
+        target = _parse_target(delivery.url)
+        literal = _ip_literal(target.raw_host or "")
+        if not allow_private and literal is not None and not is_public_address(literal):
+            raise UnsafeTargetError(f"refused non-public address {literal}")
+        headers, body = build_request(delivery, now)
+    except (ValueError, TypeError) as exc:
+        # A bad URL, a bad secret or an unserializable payload: retrying sends
+        # the same thing again. Our own messages never contain the secret.
+        return result(Outcome.PERMANENT, str(exc))
+
+    status: int | None = None
+    retry_after: str | None = None
+    try:
+        async with asyncio.timeout(delivery.timeout_seconds):
+            async with session.post(
+                target,
+                data=body,
+                headers=headers,
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=delivery.timeout_seconds),
+            ) as response:
+                status = response.status
+                retry_after = response.headers.get("Retry-After")
+                location = response.headers.get("Location")
+                reason = response.reason
+                received = await _read_capped(response.content, MAX_RESPONSE_BYTES)
+    except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+        outcome, message = _classify_error(exc, delivery.timeout_seconds)
+        return result(outcome, message, status=status, retry_after=retry_after)
+
+    assert status is not None  # set as soon as the response headers arrived
+    outcome = classify_status(status)
+    error = "" if outcome is Outcome.SUCCESS else _status_error(status, reason, location)
+    return result(
+        outcome,
+        error,
+        status=status,
+        body=received,
+        retry_after=retry_after,
+        gone=status == 410,
+    )
