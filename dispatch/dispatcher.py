@@ -40,6 +40,10 @@ from scheduler_site.db import is_postgres
 log = logging.getLogger("punctual.dispatch")
 
 MAX_SLEEP = 1.0
+# Fires spread over the second would otherwise wake the loop every few
+# milliseconds for one job each; batching them 20 ms at a time costs at most
+# 20 ms of lag and saves most of the per-tick overhead.
+MIN_SLEEP = 0.02
 HEARTBEAT_EVERY = 2.0
 LAG_SAMPLE_EVERY = 10.0
 HOUSEKEEPING_EVERY = 5.0
@@ -183,7 +187,7 @@ class Dispatcher:
         if earliest is None:
             return MAX_SLEEP
         wait = (earliest - queries.db_now()).total_seconds()
-        return min(MAX_SLEEP, max(0.0, wait))
+        return min(MAX_SLEEP, max(MIN_SLEEP, wait))
 
     def run_forever(self) -> None:
         """Loop until SIGTERM/SIGINT; survive the database going away."""

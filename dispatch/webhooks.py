@@ -25,6 +25,7 @@ import asyncio
 import base64
 import binascii
 import errno
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -353,6 +354,7 @@ def _looks_like_ip(host: str) -> bool:
     return ":" in host or host.replace(".", "").isdigit()
 
 
+@functools.lru_cache(maxsize=8192)
 def _parse_target(url: str) -> URL:
     """Parse with yarl — the parser aiohttp itself uses — and check the syntax.
 

@@ -12,6 +12,7 @@ refuses to deliver rather than send anything unsigned.
 from __future__ import annotations
 
 import base64
+import functools
 import secrets
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -42,9 +43,16 @@ def _derived_key() -> bytes:
 
 
 def _fernet() -> MultiFernet:
-    keys = [k.strip() for k in settings.PUNCTUAL_ENCRYPTION_KEYS if k.strip()]
+    keys = tuple(k.strip() for k in settings.PUNCTUAL_ENCRYPTION_KEYS if k.strip())
+    return _fernet_for(keys, settings.SECRET_KEY)
+
+
+@functools.lru_cache(maxsize=8)
+def _fernet_for(keys: tuple[str, ...], secret_key: str) -> MultiFernet:
+    # Cached: deriving the key costs more than decrypting, and the worker
+    # decrypts a secret for every job it delivers.
     if not keys:
-        keys = [_derived_key().decode()]
+        keys = (_derived_key().decode(),)
     return MultiFernet([Fernet(k) for k in keys])
 
 

@@ -1,0 +1,436 @@
+"""``manage.py bench``: the PRODUCT.md §6 scenarios, measured on PostgreSQL.
+
+Each scenario prints one JSON object (parameters, machine, figures), so runs
+can be compared. Figures from repeated runs are medians. The bench works in
+the configured database, which must be a scratch database: it refuses one that
+holds jobs it did not make, unless ``--force``.
+
+- ``dispatch``: N interval jobs of which M are due; fires/s for one dispatcher
+  (in this process) and for two (two processes sharing the due set).
+- ``scale``: the same with 1,000,000 jobs and 100,000 due: the cost should
+  follow the due work, not the table size.
+- ``e2e``: N interval jobs for D seconds against the loopback receiver (its own
+  process), one dispatcher and W workers; deliveries/s, fire lag percentiles
+  (delivery start at the receiver minus scheduled_at), duplicate and lost
+  fires from the receiver's log, CPU seconds per process.
+- ``slow``: K deliveries to a receiver that answers after S seconds, held by W
+  workers; the most in flight at once, each worker's peak RSS, completion rate.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import connection
+
+from dispatch.dispatcher import Dispatcher
+from jobs import crypto
+
+BENCH_OWNER = "punctual-bench"
+ROOT = Path(settings.BASE_DIR)
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class BenchRefused(Exception):
+    pass
+
+
+# -- the database ------------------------------------------------------------
+
+
+def bench_owner():
+    user, _ = get_user_model().objects.get_or_create(
+        username=BENCH_OWNER, defaults={"is_active": False}
+    )
+    return user
+
+
+def check_scratch(force: bool) -> None:
+    if connection.vendor != "postgresql":
+        raise BenchRefused("the bench measures PostgreSQL: set DATABASE_URL=postgres://...")
+    from jobs.models import Job
+
+    foreign = Job.objects.exclude(owner__username=BENCH_OWNER).count()
+    if foreign and not force:
+        raise BenchRefused(
+            f"this database holds {foreign} jobs the bench did not make; "
+            "point DATABASE_URL at a scratch database, or pass --force"
+        )
+
+
+def reset(force: bool) -> None:
+    """Remove the bench's jobs and runs (everything, on a pure scratch database)."""
+    with connection.cursor() as cur:
+        if not force:
+            cur.execute("TRUNCATE runs_attempt, runs_run, jobs_jobevent, jobs_job CASCADE")
+        else:
+            owner = bench_owner().pk
+            sub = "SELECT id FROM jobs_job WHERE owner_id = %s"
+            cur.execute(
+                f"DELETE FROM runs_attempt WHERE run_id IN "
+                f"(SELECT id FROM runs_run WHERE job_id IN ({sub}))",
+                [owner],
+            )
+            cur.execute(f"DELETE FROM runs_run WHERE job_id IN ({sub})", [owner])
+            cur.execute(f"DELETE FROM jobs_jobevent WHERE job_id IN ({sub})", [owner])
+            cur.execute("DELETE FROM jobs_job WHERE owner_id = %s", [owner])
+
+
+def insert_jobs(
+    count: int,
+    *,
+    interval: int,
+    due: int = 0,
+    url: str = "http://127.0.0.1:9/",
+    spread: bool = False,
+    overlap: str = "skip",
+    timeout: int = 30,
+) -> None:
+    """Insert ``count`` interval jobs in one statement; the first ``due`` are due
+    now, the rest a day from now. ``spread`` staggers the anchors evenly over
+    one interval, as a real fleet's are, instead of all firing at once."""
+    owner = bench_owner().pk
+    secret = crypto.encrypt(crypto.generate_secret())
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            WITH base AS (SELECT date_trunc('second', now()) + interval '2 seconds' AS t0)
+            INSERT INTO jobs_job (
+                id, owner_id, name, description, cron, interval_seconds, timezone,
+                target_kind, url, payload, timeout_seconds, max_attempts,
+                retry_backoff_seconds, misfire_policy, max_catchup, misfire_grace_seconds,
+                overlap_policy, jitter_seconds, state, pause_note, consecutive_failures,
+                next_fire_at, secret_encrypted, previous_secret_encrypted, version,
+                created_at, updated_at, start_at)
+            SELECT gen_random_uuid(), %(owner)s, 'bench-' || g, '', NULL, %(interval)s, 'UTC',
+                   'webhook', %(url)s, '{"bench": true}', %(timeout)s, 3, 1, 'skip', 3, 60,
+                   %(overlap)s, 0, 'active', '', 0,
+                   CASE WHEN g <= %(due)s THEN now() - interval '1 second'
+                        WHEN %(spread)s THEN base.t0 + (g %% %(count)s) * %(step)s
+                        ELSE now() + interval '1 day' END,
+                   %(secret)s, '', 1, now(), now(),
+                   CASE WHEN %(spread)s THEN base.t0 + (g %% %(count)s) * %(step)s END
+            FROM generate_series(1, %(count)s) AS g, base
+            """,
+            {
+                "owner": owner,
+                "interval": interval,
+                "url": url,
+                "timeout": timeout,
+                "overlap": overlap,
+                "due": due,
+                "spread": spread,
+                "count": count,
+                "step": dt.timedelta(seconds=interval) / max(count, 1),
+                "secret": secret,
+            },
+        )
+        cur.execute("ANALYZE jobs_job")
+
+
+def machine() -> dict:
+    with connection.cursor() as cur:
+        cur.execute("SHOW server_version")
+        pg = cur.fetchone()[0]
+    return {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "postgresql": pg,
+        "platform": platform.platform(),
+    }
+
+
+def median_of(values: list[float]) -> float:
+    return round(statistics.median(values), 1) if values else 0.0
+
+
+# -- dispatch and scale ---------------------------------------------------------
+
+
+def drain(batch_size: int, shard: tuple[int, int] | None = None) -> dict:
+    """Tick until nothing is due; the figures of one dispatcher."""
+    d = Dispatcher(batch_size=batch_size, shard=shard)
+    runs = 0
+    t0 = time.time()
+    while True:
+        result = d.tick()
+        runs += result.runs
+        if result.jobs == 0:
+            break
+    return {"t0": t0, "t1": time.time(), "runs": runs}
+
+
+def scenario_dispatch(*, jobs: int, due: int, batch: int, repeat: int, force: bool) -> dict:
+    one, two = [], []
+    for _ in range(repeat):
+        reset(force)
+        insert_jobs(jobs, interval=60, due=due)
+        r = drain(batch)
+        one.append(r["runs"] / (r["t1"] - r["t0"]))
+        assert r["runs"] == due, f"expected {due} fires, made {r['runs']}"
+
+        reset(force)
+        insert_jobs(jobs, interval=60, due=due)
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "manage.py", "bench", "drain", "--batch-size", str(batch)],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        outs = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
+        made = sum(o["runs"] for o in outs)
+        assert made == due, f"two dispatchers made {made} fires for {due} due"
+        span = max(o["t1"] for o in outs) - min(o["t0"] for o in outs)
+        two.append(made / span)
+    return {
+        "fires_per_s_one_dispatcher": median_of(one),
+        "fires_per_s_two_dispatchers": median_of(two),
+        "runs": {"one": [round(x) for x in one], "two": [round(x) for x in two]},
+    }
+
+
+def scenario_scale(*, jobs: int, due: int, batch: int, repeat: int, force: bool) -> dict:
+    rates = []
+    for _ in range(repeat):
+        reset(force)
+        insert_jobs(jobs, interval=60, due=due)
+        r = drain(batch)
+        rates.append(r["runs"] / (r["t1"] - r["t0"]))
+    return {"fires_per_s_one_dispatcher": median_of(rates), "runs": [round(x) for x in rates]}
+
+
+# -- processes ------------------------------------------------------------------
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env.setdefault("PUNCTUAL_ALLOW_PRIVATE_TARGETS", "true")
+    env["PUNCTUAL_ALLOW_PRIVATE_TARGETS"] = "true"
+    env["PUNCTUAL_LOG_LEVEL"] = "WARNING"
+    return env
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=_env(),
+        stdout=open(log, "w"),  # noqa: SIM115
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _start_receiver(tmp: Path) -> tuple[subprocess.Popen, int, Path]:
+    port_file, log = tmp / "receiver.port", tmp / "receiver.jsonl"
+    proc = _start(
+        ["-m", "dispatch.loopback_receiver", "--log", str(log), "--port-file", str(port_file)],
+        tmp / "receiver.out",
+    )
+    deadline = time.monotonic() + 30
+    while not port_file.exists():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError("the receiver did not start")
+        time.sleep(0.05)
+    return proc, int(port_file.read_text()), log
+
+
+def _stop(proc: subprocess.Popen, timeout: float = 60) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _receiver_log(path: Path) -> list[dict]:
+    entries = []
+    for line in path.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("event") == "start":
+            entries.append(entry)
+    return entries
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def _parse_iso(text: str) -> float:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def scenario_e2e(
+    *, jobs: int, interval: int, duration: float, workers: int, concurrency: int, force: bool
+) -> dict:
+    from runs.models import Run
+
+    reset(force)
+    with tempfile.TemporaryDirectory(prefix="punctual-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        receiver, port, log = _start_receiver(tmp)
+        insert_jobs(
+            jobs, interval=interval, url=f"http://127.0.0.1:{port}/ok", spread=True, overlap="skip"
+        )
+        with connection.cursor() as cur:
+            cur.execute("SELECT now()")
+            t_start = cur.fetchone()[0] + dt.timedelta(seconds=2)
+        procs = {"dispatcher": _start(["manage.py", "dispatch"], tmp / "dispatch.out")}
+        for k in range(workers):
+            procs[f"worker{k}"] = _start(
+                ["manage.py", "work", "--concurrency", str(concurrency)], tmp / f"work{k}.out"
+            )
+        time.sleep(2 + duration)  # the measured window: fixed by design, not a test wait
+        cpu = {"receiver": 0.0}
+        cpu["dispatcher"] = _cpu_seconds(procs["dispatcher"].pid)
+        _stop(procs["dispatcher"])
+        t_stop = t_start + dt.timedelta(seconds=duration)
+        window = Run.objects.filter(
+            job__owner__username=BENCH_OWNER, scheduled_at__gte=t_start, scheduled_at__lt=t_stop
+        )
+        deadline = time.monotonic() + 60
+        while window.filter(state__in=["pending", "running", "retrying"]).exists():
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        for name, proc in procs.items():
+            if name.startswith("worker"):
+                cpu[name] = _cpu_seconds(proc.pid)
+                _stop(proc)
+        cpu["receiver"] = _cpu_seconds(receiver.pid)
+        _stop(receiver)
+        entries = _receiver_log(log)
+
+    t0, t1 = t_start.timestamp(), t_stop.timestamp()
+    in_window = [
+        e for e in entries if e["scheduled_at"] and t0 <= _parse_iso(e["scheduled_at"]) < t1
+    ]
+    deliveries_per_fire: dict[tuple, set] = defaultdict(set)
+    seen_ids: dict[str, int] = defaultdict(int)
+    lags = []
+    for e in in_window:
+        deliveries_per_fire[(e["job_id"], e["scheduled_at"])].add(e["webhook_id"])
+        seen_ids[e["webhook_id"]] += 1
+        if seen_ids[e["webhook_id"]] == 1:
+            lags.append(e["t"] - _parse_iso(e["scheduled_at"]))
+    states = defaultdict(int)
+    for state in window.values_list("state", flat=True):
+        states[state] += 1
+    expected = round(jobs * duration / interval)
+    rows = sum(states.values())
+    succeeded = states.get("succeeded", 0)
+    # Lost: a slot with no run at all, or a run that neither succeeded nor was
+    # recorded as skipped or missed by the policies.
+    lost = max(0, expected - rows) + (
+        rows - succeeded - states.get("skipped", 0) - states.get("missed", 0)
+    )
+    return {
+        "offered_per_s": round(jobs / interval, 1),
+        "deliveries_per_s": round(len(lags) / duration, 1),
+        "fires_expected": expected,
+        "runs_by_state": dict(states),
+        "lag_seconds": {
+            "p50": round(_percentile(lags, 0.50), 3),
+            "p95": round(_percentile(lags, 0.95), 3),
+            "p99": round(_percentile(lags, 0.99), 3),
+        },
+        "duplicate_fires": sum(1 for ids in deliveries_per_fire.values() if len(ids) > 1),
+        "redeliveries": sum(n - 1 for n in seen_ids.values() if n > 1),
+        "lost_fires": lost,
+        "skipped_overlap": states.get("skipped", 0),
+        "cpu_seconds": {k: round(v, 1) for k, v in cpu.items()},
+    }
+
+
+def scenario_slow(*, inflight: int, delay: float, workers: int, force: bool) -> dict:
+    from runs.models import Run
+
+    reset(force)
+    with tempfile.TemporaryDirectory(prefix="punctual-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        receiver, port, log = _start_receiver(tmp)
+        insert_jobs(
+            inflight,
+            interval=3600,
+            due=inflight,
+            url=f"http://127.0.0.1:{port}/slow/{delay}",
+            overlap="allow",
+            timeout=max(30, int(delay * 10)),
+        )
+        Dispatcher(batch_size=5000).run_once()
+        per_worker = -(-inflight // workers)
+        procs = [
+            _start(
+                ["manage.py", "work", "--concurrency", str(per_worker), "--lease-seconds", "60"],
+                tmp / f"work{k}.out",
+            )
+            for k in range(workers)
+        ]
+        import requests
+
+        peak, rss = 0, [0.0] * workers
+        t_begin = time.monotonic()
+        done = Run.objects.filter(job__owner__username=BENCH_OWNER, state="succeeded")
+        while time.monotonic() - t_begin < 600:
+            stats = requests.get(f"http://127.0.0.1:{port}/stats", timeout=10).json()
+            peak = max(peak, stats["max_in_flight"])
+            rss = [max(r, _rss_mb(p.pid)) for r, p in zip(rss, procs, strict=True)]
+            if stats["count"] >= inflight and stats["in_flight"] == 0:
+                break
+            time.sleep(0.2)
+        while done.count() < inflight and time.monotonic() - t_begin < 600:
+            time.sleep(0.2)
+        elapsed = time.monotonic() - t_begin
+        succeeded = done.count()
+        for p in procs:
+            _stop(p)
+        _stop(receiver)
+    return {
+        "max_in_flight": peak,
+        "worker_rss_mb": [round(r) for r in rss],
+        "succeeded": succeeded,
+        "completion_per_s": round(succeeded / elapsed, 1),
+        "elapsed_s": round(elapsed, 1),
+    }

@@ -1,0 +1,74 @@
+"""``manage.py bench``: PRODUCT.md §6 scenarios; one JSON object per scenario."""
+
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from dispatch import bench
+
+SCENARIOS = ("dispatch", "scale", "e2e", "slow", "all")
+
+
+class Command(BaseCommand):
+    help = "Benchmark Punctual on PostgreSQL (a scratch database). Prints JSON lines."
+
+    def add_arguments(self, parser):
+        parser.add_argument("scenario", choices=(*SCENARIOS, "drain"))
+        parser.add_argument(
+            "--jobs", type=int, help="jobs (dispatch 100000, scale 1000000, e2e 2000)"
+        )
+        parser.add_argument("--due", type=int, help="due jobs (dispatch/scale: 100000)")
+        parser.add_argument("--batch-size", type=int, default=1000)
+        parser.add_argument("--repeat", type=int, default=3, help="runs; figures are medians")
+        parser.add_argument("--interval", type=int, default=1, help="e2e: seconds between fires")
+        parser.add_argument("--duration", type=float, default=60, help="e2e: seconds measured")
+        parser.add_argument("--workers", type=int, help="e2e: 1 worker; slow: 2 workers")
+        parser.add_argument("--concurrency", type=int, default=500, help="e2e worker concurrency")
+        parser.add_argument("--inflight", type=int, default=4000, help="slow: deliveries")
+        parser.add_argument("--delay", type=float, default=2.0, help="slow: receiver seconds")
+        parser.add_argument("--force", action="store_true", help="run beside foreign jobs")
+
+    def handle(self, *args, **o):
+        for name in ("jobs", "due", "repeat", "duration", "workers", "inflight"):
+            if o.get(name) is not None and o[name] < 1:
+                raise CommandError(f"--{name} must be at least 1")
+        if o["scenario"] == "drain":  # one of the two dispatchers of `dispatch`
+            self.stdout.write(json.dumps(bench.drain(o["batch_size"])))
+            return
+        try:
+            bench.check_scratch(o["force"])
+        except bench.BenchRefused as exc:
+            raise CommandError(str(exc)) from exc
+        wanted = SCENARIOS[:-1] if o["scenario"] == "all" else (o["scenario"],)
+        for scenario in wanted:
+            params, figures = self.run(scenario, o)
+            self.stdout.write(
+                json.dumps(
+                    {"scenario": scenario, "params": params, "machine": bench.machine(), **figures}
+                )
+            )
+
+    def run(self, scenario: str, o: dict):
+        if scenario in ("dispatch", "scale"):
+            jobs = o["jobs"] or (100_000 if scenario == "dispatch" else 1_000_000)
+            params = {
+                "jobs": jobs,
+                "due": min(o["due"] or 100_000, jobs),
+                "batch": o["batch_size"],
+                "repeat": o["repeat"],
+            }
+            fn = bench.scenario_dispatch if scenario == "dispatch" else bench.scenario_scale
+            return params, fn(**params, force=o["force"])
+        if scenario == "e2e":
+            params = {
+                "jobs": o["jobs"] or 2000,
+                "interval": o["interval"],
+                "duration": o["duration"],
+                "workers": o["workers"] or 1,
+                "concurrency": o["concurrency"],
+            }
+            return params, bench.scenario_e2e(**params, force=o["force"])
+        params = {"inflight": o["inflight"], "delay": o["delay"], "workers": o["workers"] or 2}
+        return params, bench.scenario_slow(**params, force=o["force"])

@@ -1,0 +1,68 @@
+"""Smoke runs of ``manage.py bench``: the JSON shape and the invariants, not speed.
+
+The figures themselves come from full runs on a quiet machine (README)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.factories import make_job
+from tests.processes.conftest import ROOT, process_env
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def bench(*args: str) -> list[dict]:
+    out = subprocess.run(
+        [sys.executable, "manage.py", "bench", *args],
+        cwd=ROOT,
+        env=process_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def test_dispatch_scenario_reports_both_rates_and_makes_every_fire_once():
+    [result] = bench("dispatch", "--jobs", "3000", "--due", "2000", "--repeat", "1")
+    assert result["scenario"] == "dispatch"
+    assert result["params"]["due"] == 2000
+    assert result["fires_per_s_one_dispatcher"] > 0
+    assert result["fires_per_s_two_dispatchers"] > 0
+    assert {"cores", "python", "postgresql"} <= set(result["machine"])
+
+
+def test_e2e_scenario_has_no_duplicate_or_lost_fires():
+    [result] = bench("e2e", "--jobs", "50", "--duration", "4")
+    assert result["duplicate_fires"] == 0
+    assert result["lost_fires"] == 0
+    assert result["deliveries_per_s"] > 0
+    assert set(result["lag_seconds"]) == {"p50", "p95", "p99"}
+    assert set(result["cpu_seconds"]) == {"receiver", "dispatcher", "worker0"}
+
+
+def test_slow_scenario_holds_every_delivery_in_flight_at_once():
+    [result] = bench("slow", "--inflight", "200", "--delay", "2", "--workers", "2")
+    assert result["max_in_flight"] == 200
+    assert result["succeeded"] == 200
+    assert len(result["worker_rss_mb"]) == 2
+
+
+def test_bench_refuses_a_database_with_foreign_jobs(owner):
+    make_job(owner)
+    out = subprocess.run(
+        [sys.executable, "manage.py", "bench", "dispatch", "--repeat", "1"],
+        cwd=ROOT,
+        env=process_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0
+    assert "did not make" in out.stderr
