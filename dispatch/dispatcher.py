@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import OperationalError, close_old_connections, connection, transaction
+from django.db import DatabaseError, close_old_connections, connection, transaction
 
 from dispatch import fleet, queries
 from dispatch.planning import PENDING, plan_job
@@ -197,7 +197,7 @@ class Dispatcher:
             try:
                 self.run_once()
                 wait = self.seconds_until_next_fire()
-            except OperationalError as exc:
+            except DatabaseError as exc:
                 # The database restarted or is unreachable: drop the broken
                 # connection and try again shortly. Nothing is lost: a tick
                 # that did not commit changed nothing.
@@ -208,7 +208,7 @@ class Dispatcher:
             self.stopping.wait(wait)
         try:
             self.registration.leave()
-        except OperationalError:
+        except DatabaseError:
             pass
         log.info("dispatcher stopped", extra={"dispatcher": self.registration.name})
 

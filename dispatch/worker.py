@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import OperationalError, close_old_connections, connection, connections
+from django.db import DatabaseError, close_old_connections, connection, connections
 
 from dispatch import fleet, webhooks
 from jobs import crypto
@@ -140,7 +140,7 @@ class Worker:
         def call():
             try:
                 return fn(*args, **kwargs)
-            except OperationalError:
+            except DatabaseError:
                 # A restarted or unreachable database: drop this thread's
                 # connection so the next call opens a fresh one.
                 connection.close()
@@ -237,7 +237,7 @@ class Worker:
                 claimed = await self._db(
                     leases.claim, self.name, limit=limit, lease_seconds=self.lease_seconds
                 )
-            except OperationalError as exc:
+            except DatabaseError as exc:
                 log.warning("claim failed: database unavailable", extra={"error": str(exc)})
                 await self._sleep(1.0)
                 continue
@@ -262,7 +262,7 @@ class Worker:
         batch, self.results = self.results, []
         try:
             done = await self._db(leases.complete, self.name, batch)
-        except OperationalError as exc:
+        except DatabaseError as exc:
             log.warning("complete failed: database unavailable", extra={"error": str(exc)})
             self.results = batch + self.results
             return 0
@@ -295,7 +295,7 @@ class Worker:
                         in_flight=self.in_flight,
                         stopping=self.stopping.is_set(),
                     )
-            except OperationalError as exc:
+            except DatabaseError as exc:
                 log.warning("heartbeat failed: database unavailable", extra={"error": str(exc)})
             await asyncio.sleep(tick)
 
@@ -334,7 +334,7 @@ class Worker:
         log.info("worker started", extra={"worker": self.name, "concurrency": self.concurrency})
         try:
             await self._db(self.registration.beat)
-        except OperationalError:
+        except DatabaseError:
             pass
         try:
             await asyncio.gather(self._claim_loop(), self._complete_loop(), self._heartbeat_loop())
@@ -358,7 +358,7 @@ class Worker:
                 n = await self._db(leases.release, self.name, leftovers)
                 log.info("released runs at shutdown", extra={"released": n})
             await self._db(self.registration.leave)
-        except OperationalError:
+        except DatabaseError:
             pass
         await self._session.close()
         await self._db(connections.close_all)
