@@ -16,6 +16,7 @@ from django.db import connection
 
 from dispatch.planning import DueJob
 from scheduler_site.db import adapt_dt, adapt_uuid, is_postgres, parse_dt, parse_uuid
+from scheduler_site.db import db_now as _db_now
 
 _DUE_COLUMNS = """
     id, cron, interval_seconds, timezone, start_at, created_at, next_fire_at,
@@ -142,14 +143,9 @@ EARLIEST_NEXT_FIRE = "SELECT min(next_fire_at) FROM jobs_job WHERE state = 'acti
 
 
 def db_now() -> dt.datetime:
-    with connection.cursor() as cur:
-        if is_postgres():
-            # now() is the transaction's start: every comparison in a tick
-            # uses the same instant.
-            cur.execute("SELECT now()")
-            return cur.fetchone()[0]
-        cur.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
-        return parse_dt(cur.fetchone()[0])
+    """The database clock; each tick reads it once and passes it along, so every
+    comparison in the tick uses the same instant."""
+    return _db_now()
 
 
 def lock_due_jobs(

@@ -369,31 +369,28 @@ class Worker:
         close_old_connections()
         asyncio.run(self.run())
 
-    async def _run_once(self) -> int:
-        self._wake = asyncio.Event()
-        self._session = webhooks.make_session(
-            limit=self.concurrency, allow_private=self.allow_private
-        )
-        claimed = await self._db(
-            leases.claim, self.name, limit=self.concurrency, lease_seconds=self.lease_seconds
-        )
-        for c in claimed:
-            self.in_flight += 1
-            self.held[c.run_id] = _Held(c)
-        await asyncio.gather(*(self._deliver(c) for c in claimed))
-        await self._flush()
-        await self._session.close()
-        return len(claimed)
-
     def run_once(self) -> int:
         """Claim one batch, deliver it, write the results; returns runs claimed.
 
-        Database calls run on this thread here (no executor), so tests can use
-        it inside their own transaction-managed connection.
+        Synchronous around the deliveries: the database calls run on the
+        caller's thread and connection, so tests can use it directly.
         """
+        claimed = leases.claim(self.name, limit=self.concurrency, lease_seconds=self.lease_seconds)
 
-        async def inline(fn, *args, **kwargs):
-            return fn(*args, **kwargs)
+        async def deliver_all() -> None:
+            self._wake = asyncio.Event()
+            self._session = webhooks.make_session(
+                limit=self.concurrency, allow_private=self.allow_private
+            )
+            try:
+                self.in_flight += len(claimed)
+                await asyncio.gather(*(self._deliver(c) for c in claimed))
+            finally:
+                await self._session.close()
 
-        self._db = inline  # type: ignore[method-assign]
-        return asyncio.run(self._run_once())
+        if claimed:
+            asyncio.run(deliver_all())
+        done = leases.complete(self.name, self.results)
+        self.results = []
+        leases.apply_pauses(done.pauses)
+        return len(claimed)

@@ -8,3 +8,6 @@ import os
 os.environ.setdefault("SECRET_KEY", "punctual-test-key")
 
 from scheduler_site.settings import *  # noqa: E402,F403
+
+# Hashing test users' passwords with PBKDF2 costs most of a test's set-up time.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # noqa: F405

@@ -1,0 +1,51 @@
+"""The delivery engine in-process (``Worker.run_once``) against the real
+loopback receiver, on both databases: SQLite is what ``make run`` uses."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from django.test import override_settings
+
+from dispatch.worker import Worker
+from runs.models import Run
+from tests.factories import make_job
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def receiver_url(tmp_path):
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dispatch.loopback_receiver", "--port-file", str(port_file)],
+        cwd=ROOT,
+    )
+    deadline = time.monotonic() + 30
+    while not port_file.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "receiver did not start"
+        time.sleep(0.05)
+    yield lambda path: f"http://127.0.0.1:{port_file.read_text()}/{path}"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.mark.django_db
+@override_settings(PUNCTUAL_ALLOW_PRIVATE_TARGETS=True)
+def test_run_once_delivers_retries_and_fails_by_status(owner, receiver_url):
+    ok = make_job(owner, url=receiver_url("ok")).trigger()
+    flaky = make_job(owner, url=receiver_url("status/503"), max_attempts=2).trigger()
+    bad = make_job(owner, url=receiver_url("status/404")).trigger()
+    assert Worker(concurrency=10, lease_seconds=5).run_once() == 3
+
+    ok, flaky, bad = (Run.objects.get(pk=r.pk) for r in (ok, flaky, bad))
+    assert (ok.state, ok.attempt, ok.last_status_code) == ("succeeded", 1, 200)
+    assert (flaky.state, flaky.last_status_code) == ("retrying", 503)
+    assert flaky.available_at > flaky.started_at
+    assert (bad.state, bad.reason) == ("failed", "permanent error")
+    assert list(ok.attempts.values_list("number", "outcome", "status_code")) == [
+        (1, "succeeded", 200)
+    ]
