@@ -48,6 +48,10 @@ log = logging.getLogger("punctual.worker")
 UTC = dt.UTC
 COMPLETE_EVERY = 0.02
 POLL_INTERVAL = 0.1
+# After a failed database call, wait this long before the loop tries again: a
+# restarting PostgreSQL should not get 50 connection attempts a second (and
+# the log 50 warnings a second) from every worker's completion loop.
+DB_RETRY_EVERY = 1.0
 BEAT_EVERY = 2.0
 MAX_CLAIM = 200
 
@@ -239,7 +243,7 @@ class Worker:
                 )
             except DatabaseError as exc:
                 log.warning("claim failed: database unavailable", extra={"error": str(exc)})
-                await self._sleep(1.0)
+                await self._sleep(DB_RETRY_EVERY)
                 continue
             for c in claimed:
                 self.in_flight += 1
@@ -265,6 +269,7 @@ class Worker:
         except DatabaseError as exc:
             log.warning("complete failed: database unavailable", extra={"error": str(exc)})
             self.results = batch + self.results
+            await asyncio.sleep(DB_RETRY_EVERY)
             return 0
         for r in batch:
             self.held.pop(r.run_id, None)

@@ -243,10 +243,13 @@ class Job(models.Model):
         from runs.models import Run
 
         now = db_now()
+        # Pausing a paused job changes its note and resume_at, not when the
+        # pause began: that is where a catch-up resume counts fires from.
+        if self.state != JobState.PAUSED or self.paused_at is None:
+            self.paused_at = now
         self.state = JobState.PAUSED
         self.pause_note = note
         self.resume_at = resume_at
-        self.paused_at = now
         self.next_fire_at = None
         self.save()
         cancelled = Run.objects.cancel_waiting(job_id=self.pk, reason="paused", now=now)
@@ -408,3 +411,35 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} via {self.channel} at {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+
+class IdempotencyKey(models.Model):
+    """The stored answer to a POST sent with an ``Idempotency-Key`` header.
+
+    A repeat of the same request with the same key, within 24 hours, gets this
+    answer again instead of a second job or run (jobs/idempotency.py). The
+    unique (owner, key) constraint, not a check-then-insert, decides which of
+    two concurrent requests does the work.
+    """
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    # sha256 of method, path and body: the same key on a different request is
+    # the client's bug, answered 422 rather than replayed.
+    fingerprint = models.CharField(max_length=64)
+    status_code = models.PositiveSmallIntegerField()
+    # Fernet (jobs/crypto.py): the answer to a job create holds its secret.
+    response_encrypted = models.TextField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "key"], name="idempotency_key_once_per_owner"),
+        ]
+        indexes = [
+            # Expiry sweeps: keys older than 24 hours.
+            models.Index(fields=["created_at"], name="idempotency_key_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.status_code})"

@@ -1,5 +1,50 @@
-"""The REST API under /api/v1/ (PRODUCT.md §4)."""
+"""The REST API under /api/v1/ (PRODUCT.md §4). Health lives in ops_urls."""
 
 from __future__ import annotations
 
-urlpatterns: list = []
+from django.urls import path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.decorators import api_view, permission_classes, renderer_classes
+from rest_framework.permissions import AllowAny
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+from rest_framework.routers import SimpleRouter
+
+from jobs.views import JobViewSet, SchedulePreviewView
+from runs.views import RunViewSet
+
+router = SimpleRouter()
+router.register("jobs", JobViewSet, basename="job")
+router.register("runs", RunViewSet, basename="run")
+
+
+@api_view(["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"])
+@permission_classes([AllowAny])
+@renderer_classes([JSONRenderer])
+def not_found(request, *args, **kwargs):
+    """Unknown paths under /api/v1/ answer JSON too (and no slash redirects,
+    which would turn a POST into a GET, or a 500 under DEBUG)."""
+    hint = "" if request.path.endswith("/") else " API paths end with a slash."
+    return Response({"detail": "Not found." + hint}, status=404)
+
+
+not_found.cls.schema = None  # not part of the documented API
+
+urlpatterns = [
+    *router.urls,
+    path("schedules/preview/", SchedulePreviewView.as_view(), name="schedule-preview"),
+    # The schema and its browser are public: they describe the API, not anyone's data.
+    path(
+        "schema/",
+        SpectacularAPIView.as_view(permission_classes=[AllowAny], authentication_classes=[]),
+        name="api-schema",
+    ),
+    path(
+        "docs/",
+        SpectacularSwaggerView.as_view(
+            url_name="api-schema", permission_classes=[AllowAny], authentication_classes=[]
+        ),
+        name="api-docs",
+    ),
+    re_path(r"^.*$", not_found, name="api-not-found"),
+]

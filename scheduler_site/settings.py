@@ -51,7 +51,8 @@ PUNCTUAL_RUN_RETENTION_DAYS = env("PUNCTUAL_RUN_RETENTION_DAYS")
 PUNCTUAL_ENCRYPTION_KEYS = env("PUNCTUAL_ENCRYPTION_KEYS")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # django.contrib.admin, with Punctual's site (dashboard URL) as admin.site.
+    "scheduler_site.admin_apps.PunctualAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -89,6 +90,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                # The "no dispatcher" banner on every admin page.
+                "scheduler_site.context_processors.dispatcher_outage",
             ],
         },
     },
@@ -136,6 +139,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Admin dates as "2026-11-30 01:53:29 UTC" (scheduler_site/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["scheduler_site.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
@@ -163,6 +168,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Jobs and runs both have a "state": name their enums apart.
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "jobs.models.JobState",
+        "RunStateEnum": "runs.models.RunState",
+    },
 }
 
 LOGGING = {

@@ -1,0 +1,382 @@
+"""API representations of jobs, their events and schedule previews.
+
+Validation follows PRODUCT.md §2's field table exactly; the schedule rules are
+``jobs.schedules``' own validators, and the URL rule is
+``dispatch.webhooks.check_url``, so the API, the admin and the worker agree on
+what is valid. Writes go through the views, which call the model's verbs.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.conf import settings
+from drf_spectacular.utils import OpenApiExample, extend_schema_field, extend_schema_serializer
+from rest_framework import serializers
+
+from dispatch.webhooks import UnsafeTargetError, check_url
+from jobs.models import Job, JobEvent, JobState, MisfirePolicy, OverlapPolicy, TargetKind
+from jobs.schedules import (
+    MAX_CRON_LENGTH,
+    MAX_INTERVAL_SECONDS,
+    Schedule,
+    ScheduleError,
+    validate_cron,
+    validate_timezone,
+)
+from runs.models import RunState
+from scheduler_site.api_fields import (
+    AwareDateTimeField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictChoiceField,
+    StrictIntegerField,
+    StrictSerializer,
+)
+
+MAX_PAYLOAD_BYTES = 64 * 1024
+MAX_PREVIEW = 100
+SCHEDULE_FIELDS = ("cron", "interval_seconds", "timezone", "start_at")
+
+
+def payload_size(value: object) -> int:
+    """Bytes of the payload as delivered: compact JSON, UTF-8."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+@extend_schema_field({"type": "object", "additionalProperties": True})
+class PayloadField(serializers.Field):
+    default_error_messages = {
+        "not_object": "Must be a JSON object.",
+        "too_large": (
+            f"Must be at most {MAX_PAYLOAD_BYTES:,} bytes once serialized as JSON (got {{size:,}})."
+        ),
+    }
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            self.fail("not_object")
+        size = payload_size(data)
+        if size > MAX_PAYLOAD_BYTES:
+            self.fail("too_large", size=size)
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+def schedule_errors(
+    cron: str | None,
+    interval_seconds: int | None,
+    timezone: str,
+    start_at,
+    anchor,
+) -> dict[str, list[str]]:
+    """Errors of a whole schedule, by field: the rules that span fields."""
+    if (cron is None) == (interval_seconds is None):
+        message = (
+            "Set exactly one of cron and interval_seconds (send null for the other one to "
+            "switch between them)."
+        )
+        return {"cron": [message], "interval_seconds": [message]}
+    try:
+        Schedule(
+            cron=cron,
+            interval_seconds=interval_seconds,
+            timezone=timezone,
+            start_at=start_at,
+            anchor=anchor,
+        )
+    except ScheduleError as exc:
+        return {"cron" if cron is not None else "interval_seconds": [str(exc)]}
+    return {}
+
+
+class ScheduleFieldsMixin(serializers.Serializer):
+    """The schedule fields, shared by jobs and the ad hoc schedule preview."""
+
+    cron = StrictCharField(
+        max_length=MAX_CRON_LENGTH,
+        allow_null=True,
+        default=None,
+        help_text="5-field cron, or @hourly, @daily, @weekly, @monthly, @yearly.",
+    )
+    interval_seconds = StrictIntegerField(
+        min_value=1, max_value=MAX_INTERVAL_SECONDS, allow_null=True, default=None
+    )
+    timezone = StrictCharField(max_length=64, default="UTC", help_text="IANA zone name.")
+    start_at = AwareDateTimeField(allow_null=True, default=None)
+
+    def validate_cron(self, value):
+        if value is None:
+            return None
+        try:
+            return validate_cron(value)
+        except ScheduleError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+    def validate_timezone(self, value):
+        try:
+            return validate_timezone(value)
+        except ScheduleError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+
+class LastRunSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    state = serializers.ChoiceField(choices=RunState.choices)
+    scheduled_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+@extend_schema_serializer(
+    examples=[
+        OpenApiExample(
+            "A nightly webhook",
+            request_only=True,
+            value={
+                "name": "nightly-report",
+                "cron": "0 2 * * *",
+                "timezone": "Europe/Berlin",
+                "url": "https://receiver.example.com/hooks/punctual",
+                "payload": {"report": "daily"},
+            },
+        ),
+        OpenApiExample(
+            "A pull queue, every five minutes",
+            request_only=True,
+            value={
+                "name": "sync-inventory",
+                "interval_seconds": 300,
+                "target_kind": "pull",
+                "max_attempts": 5,
+            },
+        ),
+    ]
+)
+class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
+    """A job as the API reads and writes it (PRODUCT.md §2).
+
+    PUT replaces: an omitted optional field goes back to its default. PATCH
+    changes only the fields it sends.
+    """
+
+    extra_read_only = {
+        "secret": ("The secret is generated by the server; POST to rotate-secret for a new one."),
+    }
+
+    id = serializers.UUIDField(read_only=True)
+    name = StrictCharField(max_length=200)
+    description = StrictCharField(
+        max_length=2000, allow_blank=True, default="", trim_whitespace=False
+    )
+    target_kind = StrictChoiceField(choices=TargetKind.choices, default=TargetKind.WEBHOOK)
+    url = StrictCharField(
+        max_length=2000,
+        allow_blank=True,
+        default="",
+        trim_whitespace=False,
+        help_text="http or https; required for webhook jobs. Must not reach a private address.",
+    )
+    payload = PayloadField(default=dict)
+    timeout_seconds = StrictIntegerField(min_value=1, max_value=900, default=30)
+    max_attempts = StrictIntegerField(min_value=1, max_value=20, default=3)
+    retry_backoff_seconds = StrictIntegerField(min_value=1, max_value=3600, default=10)
+    misfire_policy = StrictChoiceField(choices=MisfirePolicy.choices, default=MisfirePolicy.SKIP)
+    max_catchup = StrictIntegerField(min_value=1, max_value=100, default=3)
+    misfire_grace_seconds = StrictIntegerField(min_value=1, max_value=86_400, default=60)
+    overlap_policy = StrictChoiceField(choices=OverlapPolicy.choices, default=OverlapPolicy.SKIP)
+    jitter_seconds = StrictIntegerField(min_value=0, max_value=3600, default=0)
+    pause_after_failures = StrictIntegerField(
+        min_value=1, max_value=10_000, allow_null=True, default=None
+    )
+
+    state = serializers.ChoiceField(choices=JobState.choices, read_only=True)
+    pause_note = serializers.CharField(read_only=True)
+    paused_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    resume_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    consecutive_failures = serializers.IntegerField(read_only=True)
+    next_fire_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    last_run = serializers.SerializerMethodField()
+    version = serializers.IntegerField(read_only=True)
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    created_at = serializers.DateTimeField(read_only=True)
+    updated_at = serializers.DateTimeField(read_only=True)
+
+    FIELD_ORDER = (
+        "id",
+        "name",
+        "description",
+        *SCHEDULE_FIELDS,
+        "target_kind",
+        "url",
+        "payload",
+    )
+
+    def get_fields(self):
+        # Declared fields of the schedule mixin would come first; read like §2.
+        fields = super().get_fields()
+        first = {name: fields.pop(name) for name in self.FIELD_ORDER}
+        return {**first, **fields}
+
+    @extend_schema_field(LastRunSerializer(allow_null=True))
+    def get_last_run(self, job: Job):
+        last_runs = self.context.get("last_runs")
+        if last_runs is not None:
+            run = last_runs.get(job.pk)
+        else:
+            run = job.runs.order_by("-scheduled_at").first()
+        if run is None:
+            return None
+        return LastRunSerializer(run).data
+
+    def validate_url(self, value):
+        if value:
+            try:
+                check_url(value, allow_private=settings.PUNCTUAL_ALLOW_PRIVATE_TARGETS)
+            except UnsafeTargetError as exc:
+                raise serializers.ValidationError(str(exc)) from None
+        return value
+
+    def validate(self, attrs):
+        job: Job | None = self.instance
+        merged = {
+            name: attrs[name] if name in attrs else getattr(job, name, None)
+            for name in ("name", "target_kind", "url", *SCHEDULE_FIELDS)
+        }
+        errors: dict[str, list[str]] = {}
+        if any(name in attrs for name in SCHEDULE_FIELDS) or job is None:
+            errors.update(
+                schedule_errors(
+                    merged["cron"],
+                    merged["interval_seconds"],
+                    merged["timezone"],
+                    merged["start_at"],
+                    anchor=(job.created_at if job else None) or self.context["now"],
+                )
+            )
+        if merged["target_kind"] == TargetKind.WEBHOOK and not merged["url"]:
+            errors["url"] = ["A webhook job needs a URL."]
+        if "name" in attrs:
+            owner_id = job.owner_id if job else self.context["owner"].pk
+            clash = Job.objects.live().filter(owner_id=owner_id, name=attrs["name"])
+            if job is not None:
+                clash = clash.exclude(pk=job.pk)
+            if clash.exists():
+                errors["name"] = ["You already have a job with this name."]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
+
+
+class JobCreatedSerializer(JobSerializer):
+    """The create answer: the job, plus its secret in plain text, shown this once."""
+
+    secret = serializers.CharField(
+        read_only=True, help_text="whsec_...: shown only in this answer and on rotation."
+    )
+
+
+class PauseSerializer(StrictSerializer):
+    note = StrictCharField(max_length=500, allow_blank=True, default="")
+    resume_at = AwareDateTimeField(
+        allow_null=True, default=None, help_text="The job resumes by itself at this time."
+    )
+
+    def validate_resume_at(self, value):
+        if value is not None and value <= self.context["now"]:
+            raise serializers.ValidationError("Must be in the future.")
+        return value
+
+
+class ResumeSerializer(StrictSerializer):
+    catch_up = StrictBooleanField(
+        default=False, help_text="Run the last max_catchup fires that fell inside the pause."
+    )
+    dry_run = StrictBooleanField(default=False, help_text="Answer the plan; change nothing.")
+
+
+class ResumePlanSerializer(serializers.Serializer):
+    catch_up = serializers.ListField(child=serializers.DateTimeField())
+    next_fire_at = serializers.DateTimeField(allow_null=True)
+    created = serializers.IntegerField()
+    dry_run = serializers.BooleanField()
+
+
+class ResumedJobSerializer(JobSerializer):
+    resume = ResumePlanSerializer(read_only=True)
+
+
+class BackfillSerializer(StrictSerializer):
+    start = AwareDateTimeField()
+    end = AwareDateTimeField()
+    dry_run = StrictBooleanField(default=False)
+
+    def validate(self, attrs):
+        if attrs["start"] >= attrs["end"]:
+            raise serializers.ValidationError({"end": ["Must be after start."]})
+        if attrs["end"] > self.context["now"]:
+            raise serializers.ValidationError(
+                {"end": ["Must not be in the future: backfill is for past windows."]}
+            )
+        return attrs
+
+
+class BackfillResultSerializer(serializers.Serializer):
+    slots = serializers.ListField(child=serializers.DateTimeField())
+    created = serializers.IntegerField()
+
+
+class SecretSerializer(serializers.Serializer):
+    secret = serializers.CharField()
+    previous_secret_until = serializers.DateTimeField(
+        help_text="Until then deliveries are signed with the old secret too."
+    )
+
+
+class PreviewQuerySerializer(serializers.Serializer):
+    """Query parameters: unknown ones are ignored (cache-busters, tracking tags)."""
+
+    count = serializers.IntegerField(min_value=1, max_value=MAX_PREVIEW, default=5)
+    after = AwareDateTimeField(required=False)
+
+
+@extend_schema_serializer(
+    examples=[
+        OpenApiExample(
+            "Weekdays at 09:00 in New York",
+            request_only=True,
+            value={"cron": "0 9 * * 1-5", "timezone": "America/New_York", "count": 3},
+        )
+    ]
+)
+class SchedulePreviewSerializer(ScheduleFieldsMixin, StrictSerializer):
+    after = AwareDateTimeField(required=False, help_text="Default: now.")
+    count = StrictIntegerField(min_value=1, max_value=MAX_PREVIEW, default=5)
+
+    def validate(self, attrs):
+        errors = schedule_errors(
+            attrs["cron"],
+            attrs["interval_seconds"],
+            attrs["timezone"],
+            attrs["start_at"],
+            anchor=self.context["now"],
+        )
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
+
+
+class FiresSerializer(serializers.Serializer):
+    fires = serializers.ListField(child=serializers.DateTimeField())
+    warnings = serializers.ListField(child=serializers.CharField(), required=False)
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor.username", read_only=True, allow_null=True)
+    changes = serializers.JSONField(read_only=True)
+
+    class Meta:
+        model = JobEvent
+        fields = ["id", "action", "channel", "actor", "changes", "created_at"]
+        read_only_fields = fields

@@ -1,0 +1,401 @@
+"""The jobs API (PRODUCT.md §4): CRUD, the job verbs, previews, events, runs.
+
+Every endpoint finds its job through ``Job.objects.for_owner``: another owner's
+job is the same 404 as one that never existed. Every write locks the job row
+(``SELECT ... FOR UPDATE``) for its transaction, which does two things:
+``If-Match`` is checked and the write made with nothing in between, and the
+dispatcher (which locks due jobs with SKIP LOCKED) can neither advance the job
+under us nor have its advance overwritten by our save of a stale copy.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import OuterRef, Subquery
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.generics import get_object_or_404
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from jobs import crypto, idempotency
+from jobs.models import MAX_BACKFILL, Channel, Job, JobEvent
+from jobs.schedules import Schedule, cron_risks
+from jobs.serializers import (
+    SCHEDULE_FIELDS,
+    BackfillResultSerializer,
+    BackfillSerializer,
+    FiresSerializer,
+    JobCreatedSerializer,
+    JobEventSerializer,
+    JobSerializer,
+    PauseSerializer,
+    PreviewQuerySerializer,
+    ResumedJobSerializer,
+    ResumeSerializer,
+    SchedulePreviewSerializer,
+    SecretSerializer,
+)
+from runs.models import Run
+from runs.serializers import RunSerializer
+from runs.views import FILTER_PARAMETERS, RunCursor, runs_response
+from scheduler_site.api_base import ApiViewMixin, check_if_match, etag
+from scheduler_site.api_errors import UnprocessableKey, error_response
+from scheduler_site.api_fields import EmptySerializer
+from scheduler_site.db import db_now
+
+IF_MATCH = OpenApiParameter(
+    "If-Match",
+    str,
+    OpenApiParameter.HEADER,
+    description='"<version>" from the ETag: the write happens only if the job is still there.',
+)
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    description="A repeat with the same key within 24 hours answers the first answer again.",
+)
+PRECONDITION_FAILED = error_response("If-Match does not name the current version.")
+KEY_REUSED = error_response(UnprocessableKey.default_detail)
+DATETIME = serializers.DateTimeField()
+SCHEDULE_FIELDS_SET = frozenset(SCHEDULE_FIELDS)
+
+
+class JobCursor(CursorPagination):
+    ordering = ("name", "id")
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+
+class EventCursor(CursorPagination):
+    ordering = ("-created_at", "-id")
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+
+def _iso(value: dt.datetime | str | None) -> str | None:
+    """Times in answers look the same everywhere: DRF's ISO form with "Z"."""
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value)
+    return DATETIME.to_representation(value) if value else None
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return _iso(value)
+    return value
+
+
+def _save(job: Job) -> None:
+    """Save, turning the per-owner unique name (a race the serializer lost) into a 400."""
+    try:
+        with transaction.atomic():
+            job.save()
+    except IntegrityError as exc:
+        text = str(exc)
+        if "job_unique_name_per_owner" in text or "jobs_job.name" in text:
+            raise serializers.ValidationError(
+                {"name": ["You already have a job with this name."]}
+            ) from None
+        raise
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List your jobs"),
+    retrieve=extend_schema(summary="A job (with an ETag)"),
+    create=extend_schema(
+        summary="Create a job (answers its secret, once)",
+        parameters=[IDEMPOTENCY_KEY],
+        responses={201: JobCreatedSerializer, 422: KEY_REUSED},
+    ),
+    update=extend_schema(
+        summary="Replace a job",
+        parameters=[IF_MATCH],
+        responses={200: JobSerializer, 412: PRECONDITION_FAILED},
+    ),
+    partial_update=extend_schema(
+        summary="Change some fields of a job",
+        parameters=[IF_MATCH],
+        responses={200: JobSerializer, 412: PRECONDITION_FAILED},
+    ),
+    destroy=extend_schema(
+        summary="Delete a job (cancels its waiting runs)",
+        parameters=[IF_MATCH],
+        responses={204: None, 412: PRECONDITION_FAILED},
+    ),
+)
+class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
+    serializer_class = JobSerializer
+    pagination_class = JobCursor
+    lookup_value_regex = "[^/]+"  # a malformed id reaches the view and gets the same JSON 404
+
+    def get_queryset(self):
+        return Job.objects.for_owner(self.request.user).select_related("owner")
+
+    def get_job(self, *, lock: bool = False) -> Job:
+        queryset = self.get_queryset()
+        if lock:
+            queryset = queryset.select_for_update(of=("self",))
+        return get_object_or_404(queryset, pk=self.kwargs["pk"])
+
+    def context(self, **extra: Any) -> dict[str, Any]:
+        return {"request": self.request, "view": self, **extra}
+
+    def job_response(self, job: Job, code: int = status.HTTP_200_OK, **extra: Any) -> Response:
+        data = {**JobSerializer(job, context=self.context()).data, **extra}
+        return Response(data, status=code, headers={"ETag": etag(job.version)})
+
+    # -- CRUD -----------------------------------------------------------------
+
+    def list(self, request):
+        last_run = Run.objects.filter(job=OuterRef("pk")).order_by("-scheduled_at").values("id")
+        queryset = self.get_queryset().annotate(last_run_id=Subquery(last_run[:1]))
+        page = self.paginate_queryset(queryset)
+        runs = Run.objects.in_bulk([job.last_run_id for job in page if job.last_run_id])
+        last_runs = {job.pk: runs.get(job.last_run_id) for job in page}
+        data = JobSerializer(page, many=True, context=self.context(last_runs=last_runs)).data
+        return self.get_paginated_response(data)
+
+    def retrieve(self, request, pk=None):
+        return self.job_response(self.get_job())
+
+    def create(self, request):
+        return idempotency.respond(request, lambda: self._create(request))
+
+    def _create(self, request: Request) -> Response:
+        body = JobSerializer(
+            data=request.data, context=self.context(owner=request.user, now=db_now())
+        )
+        body.is_valid(raise_exception=True)
+        # Made here rather than left to Job.save() so it can be answered once.
+        secret = crypto.generate_secret()
+        job = Job(owner=request.user, **body.validated_data)
+        job.set_secret(secret)
+        with transaction.atomic():
+            _save(job)
+            job.record_event(
+                "created",
+                actor=request.user,
+                channel=Channel.API,
+                changes={k: _jsonable(v) for k, v in body.validated_data.items()},
+            )
+        return self.job_response(job, status.HTTP_201_CREATED, secret=secret)
+
+    def update(self, request, pk=None):
+        return self._update(request, partial=False)
+
+    def partial_update(self, request, pk=None):
+        return self._update(request, partial=True)
+
+    def _update(self, request: Request, *, partial: bool) -> Response:
+        with transaction.atomic():
+            job = self.get_job(lock=True)
+            check_if_match(request, job.version)
+            body = JobSerializer(
+                job, data=request.data, partial=partial, context=self.context(now=db_now())
+            )
+            body.is_valid(raise_exception=True)
+            changes = {}
+            for name, value in body.validated_data.items():
+                old = getattr(job, name)
+                if old != value:
+                    changes[name] = {"from": _jsonable(old), "to": _jsonable(value)}
+                    setattr(job, name, value)
+            # Sending what is already there is not a change: no new version, no event.
+            if changes:
+                if SCHEDULE_FIELDS_SET.intersection(changes):
+                    job.reschedule(actor=request.user, channel=Channel.API)
+                _save(job)
+                job.record_event(
+                    "updated", actor=request.user, channel=Channel.API, changes=changes
+                )
+        return self.job_response(job)
+
+    def destroy(self, request, pk=None):
+        with transaction.atomic():
+            job = self.get_job(lock=True)
+            check_if_match(request, job.version)
+            job.soft_delete(actor=request.user, channel=Channel.API)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    # -- verbs ----------------------------------------------------------------
+
+    @extend_schema(summary="Pause: stop new fires, cancel waiting runs", request=PauseSerializer)
+    @action(detail=True, methods=["post"])
+    def pause(self, request, pk=None):
+        with transaction.atomic():
+            job = self.get_job(lock=True)
+            body = PauseSerializer(data=request.data, context=self.context(now=db_now()))
+            body.is_valid(raise_exception=True)
+            job.pause(**body.validated_data, actor=request.user, channel=Channel.API)
+        return self.job_response(job)
+
+    @extend_schema(
+        summary="Resume from now (optionally catching up, or as a dry run)",
+        request=ResumeSerializer,
+        responses={200: ResumedJobSerializer},
+    )
+    @action(detail=True, methods=["post"])
+    def resume(self, request, pk=None):
+        with transaction.atomic():
+            job = self.get_job(lock=True)
+            body = ResumeSerializer(data=request.data)
+            body.is_valid(raise_exception=True)
+            plan = job.resume(**body.validated_data, actor=request.user, channel=Channel.API)
+        return self.job_response(
+            job,
+            resume={
+                "catch_up": [_iso(f) for f in plan["catch_up"]],
+                "next_fire_at": _iso(plan["next_fire_at"]),
+                "created": plan["created"],
+                "dry_run": body.validated_data["dry_run"],
+            },
+        )
+
+    @extend_schema(
+        summary="Fire now: a manual run",
+        request=None,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={201: RunSerializer, 422: KEY_REUSED},
+    )
+    @action(detail=True, methods=["post"])
+    def trigger(self, request, pk=None):
+        self.get_job()  # 404 before the key is looked at
+        EmptySerializer(data=request.data).is_valid(raise_exception=True)
+        return idempotency.respond(request, lambda: self._trigger(request))
+
+    def _trigger(self, request: Request) -> Response:
+        with transaction.atomic():
+            job = self.get_job(lock=True)
+            run = _trigger(job, request.user)
+        return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="A new secret; the old one keeps signing for 24 hours",
+        request=None,
+        responses={200: SecretSerializer},
+    )
+    @action(detail=True, methods=["post"], url_path="rotate-secret")
+    def rotate_secret(self, request, pk=None):
+        with transaction.atomic():
+            job = self.get_job(lock=True)
+            EmptySerializer(data=request.data).is_valid(raise_exception=True)
+            secret = job.rotate_secret(actor=request.user, channel=Channel.API)
+        data = {"secret": secret, "previous_secret_until": job.previous_secret_until}
+        return Response(SecretSerializer(data).data, headers={"ETag": etag(job.version)})
+
+    @extend_schema(
+        summary="Turn the past fires of a window into backfill runs",
+        request=BackfillSerializer,
+        responses={200: BackfillResultSerializer},
+    )
+    @action(detail=True, methods=["post"])
+    def backfill(self, request, pk=None):
+        with transaction.atomic():
+            job = self.get_job(lock=True)
+            body = BackfillSerializer(data=request.data, context=self.context(now=db_now()))
+            body.is_valid(raise_exception=True)
+            start, end, dry_run = (body.validated_data[k] for k in ("start", "end", "dry_run"))
+            if job.schedule.count_fires_between(start, end, cap=MAX_BACKFILL + 1) > MAX_BACKFILL:
+                raise serializers.ValidationError(
+                    {"end": [f"The window holds more than {MAX_BACKFILL:,} fires; narrow it."]}
+                )
+            result = job.backfill(
+                start, end, dry_run=dry_run, actor=request.user, channel=Channel.API
+            )
+        return Response({"slots": [_iso(s) for s in result["slots"]], "created": result["created"]})
+
+    # -- reads ----------------------------------------------------------------
+
+    @extend_schema(
+        summary="The next fire times",
+        parameters=[
+            OpenApiParameter("count", int, description="1 to 100 (default 5)."),
+            OpenApiParameter("after", OpenApiTypes.DATETIME, description="Default: now."),
+        ],
+        responses={200: FiresSerializer},
+    )
+    @action(detail=True, methods=["get"])
+    def preview(self, request, pk=None):
+        job = self.get_job()
+        query = PreviewQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        after = query.validated_data.get("after") or db_now()
+        fires = job.schedule.next_fires(after, query.validated_data["count"])
+        return Response({"fires": [_iso(f) for f in fires]})
+
+    @extend_schema(
+        summary="The job's audit events, newest first", responses=JobEventSerializer(many=True)
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        pagination_class=EventCursor,
+        serializer_class=JobEventSerializer,
+    )
+    def events(self, request, pk=None):
+        job = self.get_job()
+        events = JobEvent.objects.filter(job=job).select_related("actor")
+        page = self.paginate_queryset(events)
+        return self.get_paginated_response(JobEventSerializer(page, many=True).data)
+
+    @extend_schema(
+        summary="The job's runs, newest fire first",
+        parameters=[p for p in FILTER_PARAMETERS if p.name != "job"],
+        responses=RunSerializer(many=True),
+    )
+    @action(
+        detail=True, methods=["get"], pagination_class=RunCursor, serializer_class=RunSerializer
+    )
+    def runs(self, request, pk=None):
+        job = self.get_job()
+        queryset = Run.objects.for_owner(request.user).filter(job=job).select_related("job")
+        return runs_response(self, request, queryset)
+
+
+def _trigger(job: Job, actor) -> Run:
+    """job.trigger(), tolerating a collision of its scheduled_at (the database's
+    now) with an existing fire: SQLite's clock has millisecond resolution, so a
+    trigger can land on a scheduled fire's exact instant. The next try reads a
+    later now."""
+    for attempt in range(3):
+        try:
+            with transaction.atomic():
+                return job.trigger(actor=actor, channel=Channel.API)
+        except IntegrityError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+class SchedulePreviewView(ApiViewMixin, APIView):
+    @extend_schema(
+        summary="Check a schedule and list its next fires, without saving anything",
+        request=SchedulePreviewSerializer,
+        responses={200: FiresSerializer},
+    )
+    def post(self, request):
+        now = db_now()
+        body = SchedulePreviewSerializer(data=request.data, context={"now": now})
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        schedule = Schedule(
+            cron=data["cron"],
+            interval_seconds=data["interval_seconds"],
+            timezone=data["timezone"],
+            start_at=data["start_at"],
+            anchor=now,
+        )
+        fires = schedule.next_fires(data.get("after") or now, data["count"])
+        warnings = cron_risks(data["cron"], data["timezone"], now=now) if data["cron"] else []
+        return Response({"fires": [_iso(f) for f in fires], "warnings": warnings})

@@ -1,0 +1,141 @@
+"""API representations of runs and attempts, and the pull-worker bodies."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from runs.models import Attempt, Run, RunKind, RunState
+from scheduler_site.api_fields import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictChoiceField,
+    StrictIntegerField,
+    StrictSerializer,
+)
+
+MAX_WORKER_NAME = 100
+
+
+class AttemptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Attempt
+        fields = [
+            "number",
+            "worker",
+            "started_at",
+            "finished_at",
+            "outcome",
+            "status_code",
+            "duration_ms",
+            "error",
+        ]
+        read_only_fields = fields
+
+
+class RunSerializer(serializers.ModelSerializer):
+    job_name = serializers.CharField(source="job.name", read_only=True)
+
+    class Meta:
+        model = Run
+        fields = [
+            "id",
+            "job",
+            "job_name",
+            "scheduled_at",
+            "kind",
+            "state",
+            "reason",
+            "attempt",
+            "max_attempts",
+            "available_at",
+            "lease_owner",
+            "lease_until",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "lag_seconds",
+            "last_status_code",
+            "last_error",
+        ]
+        read_only_fields = fields
+
+
+class RunDetailSerializer(RunSerializer):
+    attempts = AttemptSerializer(many=True, read_only=True)
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "attempts"]
+        read_only_fields = fields
+
+
+class RunFilterSerializer(serializers.Serializer):
+    """Query parameters of the run lists. Unknown parameters are ignored, as
+    query strings pick up cache-busters and tracking tags on the way."""
+
+    job = serializers.UUIDField(required=False)
+    state = serializers.ChoiceField(choices=RunState.choices, required=False)
+    kind = serializers.ChoiceField(choices=RunKind.choices, required=False)
+
+
+class WorkerNameField(StrictCharField):
+    def __init__(self, **kwargs):
+        kwargs.setdefault("max_length", MAX_WORKER_NAME)
+        kwargs.setdefault("help_text", "The pull worker's name, shown as the lease owner.")
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if not value.isprintable():
+            raise serializers.ValidationError("Must be printable characters only.")
+        return value
+
+
+class ClaimSerializer(StrictSerializer):
+    job = serializers.UUIDField(required=False, allow_null=True, default=None)
+    limit = StrictIntegerField(min_value=1, max_value=100, default=1)
+    lease_seconds = StrictIntegerField(min_value=5, max_value=3600, default=30)
+    worker = WorkerNameField()
+
+
+class ClaimedRunSerializer(serializers.Serializer):
+    id = serializers.UUIDField(source="run_id")
+    job = serializers.UUIDField(source="job_id")
+    job_name = serializers.CharField()
+    scheduled_at = serializers.DateTimeField()
+    kind = serializers.ChoiceField(choices=RunKind.choices)
+    attempt = serializers.IntegerField(help_text="Send it back with heartbeat and complete.")
+    lease_until = serializers.DateTimeField()
+    payload = serializers.DictField()
+
+
+class HeartbeatSerializer(StrictSerializer):
+    attempt = StrictIntegerField(min_value=1)
+    lease_seconds = StrictIntegerField(
+        min_value=5,
+        max_value=3600,
+        required=False,
+        help_text="Default: the lease length given at claim.",
+    )
+    worker = WorkerNameField(required=False, help_text="Optional: the name given at claim.")
+
+
+class LeaseSerializer(serializers.Serializer):
+    lease_until = serializers.DateTimeField()
+
+
+class CompleteSerializer(StrictSerializer):
+    attempt = StrictIntegerField(min_value=1)
+    status = StrictChoiceField(choices=[RunState.SUCCEEDED, RunState.FAILED])
+    error = StrictCharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        trim_whitespace=False,
+        help_text="Kept as the run's last_error (the first 2,000 characters).",
+    )
+    retryable = StrictBooleanField(
+        default=True,
+        help_text="For status failed: retry with backoff while attempts remain (default), "
+        "or fail the run now (false).",
+    )
+    worker = WorkerNameField(required=False, help_text="Optional: the name given at claim.")

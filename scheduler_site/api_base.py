@@ -1,0 +1,61 @@
+"""What every API view shares: strict JSON in, JSON out, documented errors,
+and ``If-Match``/``ETag`` helpers for versioned objects."""
+
+from __future__ import annotations
+
+from rest_framework import exceptions
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+
+from scheduler_site.api_errors import ApiAutoSchema, PreconditionFailed
+from scheduler_site.api_parsers import StrictJSONParser
+
+
+class ApiViewMixin:
+    """Put first in the bases of every API view.
+
+    JSON only, both ways: a form post or a body without a Content-Type is a
+    415, rather than DRF's silent "no data" that would turn a PATCH into a
+    no-op answered 200.
+    """
+
+    parser_classes = [StrictJSONParser]
+    renderer_classes = [JSONRenderer]
+    schema = ApiAutoSchema()
+    # No OPTIONS self-description (405): the OpenAPI schema is the description.
+    metadata_class = None
+
+    def initial(self, request: Request, *args, **kwargs) -> None:
+        super().initial(request, *args, **kwargs)  # authentication, permissions, throttles
+        if request.method in ("POST", "PUT", "PATCH") and _has_body(request):
+            if not request.content_type:
+                raise exceptions.UnsupportedMediaType(
+                    "", detail="Send the body as JSON, with Content-Type: application/json."
+                )
+
+
+def _has_body(request: Request) -> bool:
+    meta = request.META
+    return meta.get("CONTENT_LENGTH") not in (None, "", "0") or "HTTP_TRANSFER_ENCODING" in meta
+
+
+def etag(version: int) -> str:
+    return f'"{version}"'
+
+
+def check_if_match(request: Request, version: int) -> None:
+    """412 unless ``If-Match`` (when sent) names the current version, or is ``*``.
+
+    Strong comparison (RFC 9110 §13.1.1): a weak tag ``W/"3"`` never matches.
+    The caller holds the row lock, so nothing can change between this check
+    and its write.
+    """
+    header = request.headers.get("If-Match")
+    if header is None:
+        return
+    tags = [tag.strip() for tag in header.split(",")]
+    if "*" in tags or etag(version) in tags:
+        return
+    raise PreconditionFailed(
+        f"The job is at version {version} (ETag {etag(version)}), not the one given in If-Match."
+    )

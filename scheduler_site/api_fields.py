@@ -1,0 +1,115 @@
+"""Strict serializer fields and the serializer base class every API body uses.
+
+DRF's stock fields coerce: ``IntegerField`` takes ``"60"`` and ``60.0``,
+``BooleanField`` takes ``"yes"`` and ``1``, ``CharField`` turns ``123`` into
+``"123"``, and a serializer ignores keys it does not know. For an API whose
+contract is PRODUCT.md's field table, each of those hides a client bug, so here
+a value has exactly the JSON type the table says, and an unknown or read-only
+key is a 400 that names it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+
+from django.utils.dateparse import parse_datetime
+from rest_framework import serializers
+
+# Datetimes past these are refused: the dispatcher and workers add intervals,
+# jitter and leases to stored times, and must never overflow year 9999.
+EARLIEST = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+LATEST = dt.datetime(9000, 1, 1, tzinfo=dt.UTC)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    default_error_messages = {"invalid": "A whole number is required (not a string or a float)."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    default_error_messages = {"invalid": "Must be true or false."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
+class StrictCharField(serializers.CharField):
+    default_error_messages = {"invalid": "Must be a string."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictChoiceField(serializers.ChoiceField):
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid_choice", input=data)
+        return super().to_internal_value(data)
+
+
+class AwareDateTimeField(serializers.DateTimeField):
+    """An ISO 8601 string with a UTC offset; naive times are refused, not guessed."""
+
+    default_error_messages = {
+        "naive": "Include a UTC offset, e.g. 2026-01-01T09:00:00Z or 2026-01-01T10:00:00+01:00.",
+        "range": "Must be between 1970-01-01 and 9000-01-01.",
+    }
+
+    def to_internal_value(self, value):
+        if not isinstance(value, str):
+            self.fail("invalid", format="ISO 8601")
+        try:
+            parsed = parse_datetime(value)
+        except ValueError:
+            parsed = None  # well-formed but impossible (month 13): super() says so
+        if parsed is not None and parsed.utcoffset() is None:
+            self.fail("naive")
+        result = super().to_internal_value(value)
+        if not EARLIEST <= result < LATEST:
+            self.fail("range")
+        return result
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses unknown keys and writes to read-only fields, with the key named.
+
+    ``extra_read_only`` lists output-only names that are not fields of the
+    serializer (``secret`` appears only in some responses) and the message
+    explaining how they do change.
+    """
+
+    extra_read_only: Mapping[str, str] = {}
+
+    def to_internal_value(self, data):
+        errors: dict[str, list[str]] = {}
+        if isinstance(data, Mapping):
+            for key in data:
+                field = self.fields.get(key)
+                if key in self.extra_read_only:
+                    errors[key] = [self.extra_read_only[key]]
+                elif field is None:
+                    errors[key] = ["Unknown field."]
+                elif field.read_only:
+                    errors[key] = ["This field is read-only."]
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if not isinstance(exc.detail, Mapping):
+                raise
+            raise serializers.ValidationError({**exc.detail, **errors}) from None
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+
+class EmptySerializer(StrictSerializer):
+    """For actions that take no body: none, or ``{}``; any key is a 400 naming it."""

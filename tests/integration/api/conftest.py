@@ -1,0 +1,63 @@
+"""Fixtures for the API tests: token clients for two owners, an anonymous
+client, and no real DNS (check_url resolves host names when a job is saved)."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.cache import cache
+from rest_framework.test import APIClient
+
+from dispatch import webhooks
+from tests.integration.api.support import token_client
+
+
+@pytest.fixture(autouse=True)
+def _no_dns(monkeypatch):
+    """localhost answers as /etc/hosts does; every other name fails to resolve."""
+
+    def resolve(host: str) -> list[str]:
+        if host.lower() == "localhost":
+            return ["127.0.0.1", "::1"]
+        raise OSError(f"no DNS in tests ({host})")
+
+    monkeypatch.setattr(webhooks, "_getaddrinfo_addresses", resolve)
+
+
+@pytest.fixture(autouse=True)
+def _settings(settings):
+    settings.PUNCTUAL_ALLOW_PRIVATE_TARGETS = False
+    # The owner fixtures set passwords; the real hasher costs ~0.3 s per user.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_throttles():
+    # DRF keeps request histories in the default (per-process) cache.
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def api(owner) -> APIClient:
+    return token_client(owner)
+
+
+@pytest.fixture
+def other_api(other_owner) -> APIClient:
+    return token_client(other_owner)
+
+
+@pytest.fixture
+def anon() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def superuser(django_user_model):
+    return django_user_model.objects.create_superuser("root", password="pw-root-123")
+
+
+@pytest.fixture
+def admin_api(superuser) -> APIClient:
+    return token_client(superuser)

@@ -1,0 +1,127 @@
+"""Repeats are harmless: Idempotency-Key on create and trigger, and backfill
+through the unique fire key."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import pytest
+from django.db import connection
+
+from jobs.models import IdempotencyKey, Job
+from runs.models import Run
+from tests.factories import make_job
+from tests.integration.api.support import PUBLIC_URL, token_client
+
+pytestmark = pytest.mark.django_db
+
+JOBS = "/api/v1/jobs/"
+BODY = {"name": "once", "interval_seconds": 60, "url": PUBLIC_URL}
+
+
+def test_trigger_repeated_with_the_same_key_returns_one_run(api, owner):
+    job = make_job(owner)
+    url = f"{JOBS}{job.pk}/trigger/"
+    first = api.post(url, HTTP_IDEMPOTENCY_KEY="fire-2026-01-01")
+    again = api.post(url, HTTP_IDEMPOTENCY_KEY="fire-2026-01-01")
+    assert first.status_code == again.status_code == 201
+    assert again.json()["id"] == first.json()["id"]
+    assert again["Idempotent-Replayed"] == "true"
+    assert Run.objects.filter(job=job).count() == 1
+    assert job.events.filter(action="triggered").count() == 1
+    other = api.post(url, HTTP_IDEMPOTENCY_KEY="another-key")
+    assert other.json()["id"] != first.json()["id"]
+    assert Run.objects.filter(job=job).count() == 2
+
+
+def test_create_repeated_with_the_same_key_returns_the_same_job_and_secret(api):
+    first = api.post(JOBS, BODY, format="json", HTTP_IDEMPOTENCY_KEY="k1")
+    again = api.post(JOBS, BODY, format="json", HTTP_IDEMPOTENCY_KEY="k1")
+    assert first.status_code == again.status_code == 201
+    assert again.json() == first.json()  # the secret too: the first answer may have been lost
+    assert Job.objects.count() == 1
+    # The stored answer holds a secret, so it is encrypted at rest.
+    stored = IdempotencyKey.objects.get()
+    assert first.json()["secret"] not in stored.response_encrypted
+
+
+def test_the_same_key_on_a_different_request_is_a_422(api, owner):
+    api.post(JOBS, BODY, format="json", HTTP_IDEMPOTENCY_KEY="k1")
+    changed = api.post(JOBS, {**BODY, "name": "other"}, format="json", HTTP_IDEMPOTENCY_KEY="k1")
+    assert changed.status_code == 422 and "detail" in changed.json()
+    job = make_job(owner)
+    elsewhere = api.post(f"{JOBS}{job.pk}/trigger/", HTTP_IDEMPOTENCY_KEY="k1")
+    assert elsewhere.status_code == 422
+    assert Job.objects.count() == 2 and not Run.objects.exists()
+
+
+def test_keys_belong_to_one_owner(api, other_api):
+    mine = api.post(JOBS, BODY, format="json", HTTP_IDEMPOTENCY_KEY="k1")
+    theirs = other_api.post(JOBS, BODY, format="json", HTTP_IDEMPOTENCY_KEY="k1")
+    assert theirs.status_code == 201 and theirs.json()["id"] != mine.json()["id"]
+
+
+def test_a_refused_request_does_not_use_up_its_key(api):
+    bad = api.post(JOBS, {**BODY, "interval_seconds": 0}, format="json", HTTP_IDEMPOTENCY_KEY="k")
+    assert bad.status_code == 400
+    fixed = api.post(JOBS, BODY, format="json", HTTP_IDEMPOTENCY_KEY="k")
+    assert fixed.status_code == 201
+
+
+def test_a_key_expires_after_24_hours(api):
+    first = api.post(JOBS, BODY, format="json", HTTP_IDEMPOTENCY_KEY="k")
+    Job.objects.filter(pk=first.json()["id"]).update(name="renamed")
+    api.post(JOBS, {**BODY, "name": "other"}, format="json", HTTP_IDEMPOTENCY_KEY="k2")
+    IdempotencyKey.objects.update(created_at=dt.datetime(2020, 1, 1, tzinfo=dt.UTC))
+    later = api.post(JOBS, BODY, format="json", HTTP_IDEMPOTENCY_KEY="k")
+    assert later.status_code == 201 and later.json()["id"] != first.json()["id"]
+    # The expired keys were swept on the way: only the new one is left.
+    assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["k"]
+
+
+@pytest.mark.parametrize("key", ["", "x" * 256, "caf\u00e9"])
+def test_malformed_keys_are_a_400_naming_the_header(api, key):
+    answer = api.post(JOBS, BODY, format="json", HTTP_IDEMPOTENCY_KEY=key)
+    assert answer.status_code == 400 and "Idempotency-Key" in answer.json()
+    assert not Job.objects.exists()
+
+
+def test_a_backfill_repeated_over_the_same_window_creates_nothing_new(api, owner):
+    job = make_job(owner, cron="*/15 * * * *", interval_seconds=None)
+    url = f"{JOBS}{job.pk}/backfill/"
+    body = {"start": "2026-01-01T00:00:00Z", "end": "2026-01-01T02:00:00Z"}
+    assert api.post(url, body, format="json").json()["created"] == 8
+    ids = set(Run.objects.filter(job=job).values_list("id", flat=True))
+    again = api.post(url, body, format="json").json()
+    assert again == {"slots": [], "created": 0}
+    wider = api.post(url, {**body, "end": "2026-01-01T03:00:00Z"}, format="json").json()
+    assert wider["created"] == 4
+    assert ids < set(Run.objects.filter(job=job).values_list("id", flat=True))
+    assert Run.objects.filter(job=job).count() == 12
+
+
+@pytest.mark.postgres
+def test_concurrent_creates_with_one_key_make_one_job(transactional_db, owner):
+    """Both requests pass the lookup before either commits; the unique key row,
+    inserted first, makes the second wait and then replay the first answer."""
+    clients = [token_client(owner) for _ in range(4)]
+    start = threading.Barrier(len(clients))
+    answers = []
+
+    def create(client):
+        try:
+            start.wait(timeout=10)
+            answer = client.post(JOBS, BODY, format="json", HTTP_IDEMPOTENCY_KEY="race")
+            answers.append((answer.status_code, answer.json()))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=create, args=(c,)) for c in clients]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert [status for status, _ in answers] == [201] * len(clients)
+    assert len({body["id"] for _, body in answers}) == 1
+    assert Job.objects.count() == 1 and IdempotencyKey.objects.count() == 1
