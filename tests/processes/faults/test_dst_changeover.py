@@ -1,0 +1,158 @@
+"""Cron jobs across daylight-saving changeovers (PRODUCT.md §3 "Cron").
+
+The database clock cannot be moved for one test (the server is shared, and
+production code always reads it), so the dispatcher is driven here with an
+injected time: ``Dispatcher.tick(now=...)`` minute by minute through six
+hours around each 2026 changeover in Europe/Berlin and America/New_York. The
+runs it makes are then delivered by a real ``manage.py work`` process to the
+real receiver, and the auditor checks the whole stretch.
+
+Expected fires follow cronie's rules, written out by hand (UTC):
+
+- a local time that does not exist (spring forward) fires once, at the first
+  instant after the gap: "30 2 * * *" fires at 03:00 local, and the skipped
+  02:00 of "0 * * * *" is the same instant as 03:00, one run;
+- a local time that happens twice (fall back) fires once, at its first
+  occurrence: no second run in the repeated hour.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from dispatch.dispatcher import Dispatcher
+from jobs.schedules import Schedule
+from runs.models import Run
+from tests.factories import make_job
+from tests.processes.faults.conftest import assert_audit_clean, drain
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+MINUTE = dt.timedelta(minutes=1)
+HALF_HOUR = dt.timedelta(minutes=30)
+
+
+def utc(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
+
+
+def every(start: str, end: str, step: dt.timedelta, skip: tuple[str, ...] = ()) -> list:
+    fires, t = [], utc(start)
+    while t < utc(end):
+        if t not in {utc(s) for s in skip}:
+            fires.append(t)
+        t += step
+    return fires
+
+
+# (zone, window start, window end, {cron: expected fires in UTC})
+CHANGEOVERS = [
+    (
+        # 2026-03-08 02:00 EST -> 03:00 EDT (07:00Z): 02:00-03:00 does not exist.
+        "America/New_York",
+        "2026-03-08T04:00",
+        "2026-03-08T10:00",
+        {
+            "30 2 * * *": [utc("2026-03-08T07:00")],  # 03:00 EDT, the end of the gap
+            "30 1 * * *": [utc("2026-03-08T06:30")],
+            "0 * * * *": every("2026-03-08T04:00", "2026-03-08T10:00", 2 * HALF_HOUR),
+            "*/30 * * * *": every("2026-03-08T04:00", "2026-03-08T10:00", HALF_HOUR),
+        },
+    ),
+    (
+        # 2026-03-29 02:00 CET -> 03:00 CEST (01:00Z): 02:00-03:00 does not exist.
+        "Europe/Berlin",
+        "2026-03-28T22:00",
+        "2026-03-29T04:00",
+        {
+            "30 2 * * *": [utc("2026-03-29T01:00")],  # 03:00 CEST, the end of the gap
+            "30 1 * * *": [utc("2026-03-29T00:30")],
+            # 02:00 and 02:30 local fall on 03:00 CEST (01:00Z): one run there.
+            "0 * * * *": every("2026-03-28T22:00", "2026-03-29T04:00", 2 * HALF_HOUR),
+            "*/30 * * * *": every("2026-03-28T22:00", "2026-03-29T04:00", HALF_HOUR),
+        },
+    ),
+    (
+        # 2026-10-25 03:00 CEST -> 02:00 CET (01:00Z): 02:00-03:00 happens twice.
+        "Europe/Berlin",
+        "2026-10-24T22:00",
+        "2026-10-25T04:00",
+        {
+            "30 2 * * *": [utc("2026-10-25T00:30")],  # 02:30 CEST only, not 02:30 CET
+            "30 1 * * *": [utc("2026-10-24T23:30")],
+            "0 * * * *": every(
+                "2026-10-24T22:00", "2026-10-25T04:00", 2 * HALF_HOUR, skip=("2026-10-25T01:00",)
+            ),
+            "*/30 * * * *": every(
+                "2026-10-24T22:00",
+                "2026-10-25T04:00",
+                HALF_HOUR,
+                skip=("2026-10-25T01:00", "2026-10-25T01:30"),
+            ),
+        },
+    ),
+    (
+        # 2026-11-01 02:00 EDT -> 01:00 EST (06:00Z): 01:00-02:00 happens twice.
+        "America/New_York",
+        "2026-11-01T03:00",
+        "2026-11-01T09:00",
+        {
+            "30 2 * * *": [utc("2026-11-01T07:30")],
+            "30 1 * * *": [utc("2026-11-01T05:30")],  # 01:30 EDT only, not 01:30 EST
+            "0 * * * *": every(
+                "2026-11-01T03:00", "2026-11-01T09:00", 2 * HALF_HOUR, skip=("2026-11-01T06:00",)
+            ),
+            "*/30 * * * *": every(
+                "2026-11-01T03:00",
+                "2026-11-01T09:00",
+                HALF_HOUR,
+                skip=("2026-11-01T06:00", "2026-11-01T06:30"),
+            ),
+        },
+    ),
+]
+
+
+def test_cron_jobs_fire_by_cronie_rules_across_dst_changeovers(owner, processes, receiver):
+    processes.manage("work", "--lease-seconds", "5")
+    dispatcher = Dispatcher()
+    every_job = []
+    for zone, start, end, expected in CHANGEOVERS:
+        begin = utc(start)
+        jobs = {
+            cron: make_job(
+                owner,
+                name=f"{zone} {start} {cron}",
+                cron=cron,
+                timezone=zone,
+                overlap_policy="allow",
+                url=receiver.url("ok"),
+                created_at=begin - dt.timedelta(seconds=1),
+                next_fire_at=Schedule(cron=cron, interval_seconds=None, timezone=zone).next_fire(
+                    begin - dt.timedelta(seconds=1)
+                ),
+            )
+            for cron in expected
+        }
+        # The dispatcher, told the time minute by minute through the changeover.
+        t = begin
+        while t < utc(end):
+            dispatcher.tick(now=t)
+            t += MINUTE
+        for cron, job in jobs.items():
+            runs = list(Run.objects.filter(job=job).order_by("scheduled_at"))
+            assert [r.scheduled_at for r in runs] == expected[cron], (zone, start, cron)
+            # Each fired at its own minute: not before, not late.
+            assert all(r.created_at == r.scheduled_at for r in runs), (zone, start, cron)
+        drain(jobs.values(), timeout=60, message=f"the {zone} {start} runs to be delivered")
+        for job in jobs.values():
+            job.pause(note="changeover done")  # later ticks must not touch it
+        every_job += jobs.values()
+
+    runs = Run.objects.filter(job__in=every_job)
+    assert set(runs.values_list("state", flat=True)) == {"succeeded"}
+    assert runs.count() == sum(len(f) for *_, expected in CHANGEOVERS for f in expected.values())
+    first, last = utc(CHANGEOVERS[0][1]), utc(CHANGEOVERS[-1][2])
+    assert_audit_clean(first, until=last, receiver=receiver, jobs=every_job)

@@ -1,0 +1,84 @@
+"""SIGTERM under load: no run is lost (PRODUCT.md §4, "SIGTERM makes dispatch
+and work stop claiming new work and finish the deliveries already in flight").
+
+Sixty jobs fire every second into a receiver that takes 1.5 s to answer, so a
+worker always has about ninety deliveries in flight. One worker after another
+gets SIGTERM in the middle of that, and so does the dispatcher. Each worker
+must finish what it holds within its lease and exit 0; nothing is taken over
+after a lease expiry, nothing is delivered twice, and every fire succeeds.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from runs.models import Attempt, Run
+from tests.factories import make_job
+from tests.processes.conftest import wait_until
+from tests.processes.faults.conftest import assert_audit_clean, drain
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+LEASE = 10
+
+
+def test_sigterm_under_load_finishes_in_flight_deliveries_and_loses_no_run(
+    owner, processes, receiver, since
+):
+    jobs = [
+        make_job(
+            owner,
+            url=receiver.url("slow/1.5"),
+            interval_seconds=1,
+            overlap_policy="allow",
+            timeout_seconds=10,
+        )
+        for _ in range(60)
+    ]
+    dispatcher = processes.manage("dispatch", name="dispatch-first")
+
+    def work(name: str):
+        return processes.manage(
+            "work", "--lease-seconds", str(LEASE), "--concurrency", "300", "--name", name
+        )
+
+    def terminate_under_load(proc, name: str) -> float:
+        receiver.reset_stats()
+        wait_until(
+            lambda: receiver.stats()["in_flight"] >= 60,
+            timeout=30,
+            message=f"{name} to have 60 deliveries in flight",
+        )
+        held = Run.objects.filter(lease_owner=name, state="running").count()
+        assert held >= 60
+        t0 = time.monotonic()
+        assert processes.stop(proc, signal.SIGTERM, timeout=30) == 0
+        took = time.monotonic() - t0
+        assert not Run.objects.filter(lease_owner=name, state="running").exists()
+        return took
+
+    took = [terminate_under_load(work("first"), "first")]
+    second = work("second")
+    # The dispatcher too, with the second worker busy.
+    receiver.reset_stats()
+    wait_until(lambda: receiver.stats()["in_flight"] >= 60, timeout=30, message="load")
+    assert processes.stop(dispatcher, signal.SIGTERM) == 0
+    dispatcher = processes.manage("dispatch", name="dispatch-second")
+    took.append(terminate_under_load(second, "second"))
+    last = work("last")
+    assert processes.stop(dispatcher, signal.SIGTERM) == 0
+    drain(jobs, timeout=60)
+    assert processes.stop(last, signal.SIGTERM) == 0
+
+    print(f"SIGTERM to exit, under load: {[f'{t:.1f} s' for t in took]}")
+    assert all(t <= LEASE + 1 for t in took)
+    runs = Run.objects.filter(job__in=jobs)
+    assert set(runs.values_list("state", flat=True)) == {"succeeded"}
+    assert set(runs.values_list("attempt", flat=True)) == {1}
+    assert not Attempt.objects.filter(run__job__in=jobs, outcome="lease_expired").exists()
+    starts = [e["webhook_id"] for e in receiver.entries()]
+    assert len(starts) == len(set(starts)) == runs.count()  # each fire delivered once
+    assert_audit_clean(since, receiver=receiver, jobs=jobs)
