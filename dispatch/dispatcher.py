@@ -183,10 +183,9 @@ class Dispatcher:
         fleet.prune(now)
 
     def seconds_until_next_fire(self) -> float:
-        earliest = queries.earliest_next_fire()
-        if earliest is None:
+        wait = queries.seconds_to_earliest_fire()
+        if wait is None:
             return MAX_SLEEP
-        wait = (earliest - queries.db_now()).total_seconds()
         return min(MAX_SLEEP, max(MIN_SLEEP, wait))
 
     def run_forever(self) -> None:

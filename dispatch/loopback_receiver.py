@@ -35,7 +35,10 @@ from aiohttp import web
 
 
 class Receiver:
-    def __init__(self, log_path: str | None) -> None:
+    def __init__(self, log_path: str | None, lean: bool = False) -> None:
+        # lean: log only what the bench audits (no headers, bodies or end
+        # events), so the receiver's own CPU stays small next to the worker's.
+        self.lean = lean
         self.log = open(log_path, "a", buffering=1 << 16) if log_path else None  # noqa: SIM115
         self.count = 0
         self.in_flight = 0
@@ -64,18 +67,20 @@ class Receiver:
         self.per_job[job_id] += 1
         self.max_per_job[job_id] = max(self.max_per_job[job_id], self.per_job[job_id])
         self.seen[webhook_id] += 1
-        self.record(
-            event="start",
-            t=t_start,
-            path=request.path,
-            webhook_id=webhook_id,
-            job_id=job_id,
-            run_id=data.get("run_id"),
-            attempt=data.get("attempt"),
-            scheduled_at=data.get("scheduled_at"),
-            headers=headers,
-            body=body.decode("utf-8", "replace"),
-        )
+        entry = {
+            "event": "start",
+            "t": t_start,
+            "path": request.path,
+            "webhook_id": webhook_id,
+            "job_id": job_id,
+            "run_id": data.get("run_id"),
+            "attempt": data.get("attempt"),
+            "scheduled_at": data.get("scheduled_at"),
+        }
+        if not self.lean:
+            entry["headers"] = headers
+            entry["body"] = body.decode("utf-8", "replace")
+        self.record(**entry)
         status = 0
         try:
             response = await self.respond(request, webhook_id)
@@ -84,7 +89,8 @@ class Receiver:
         finally:
             self.in_flight -= 1
             self.per_job[job_id] -= 1
-            self.record(event="end", t=time.time(), webhook_id=webhook_id, status=status)
+            if not self.lean:
+                self.record(event="end", t=time.time(), webhook_id=webhook_id, status=status)
 
     async def respond(self, request: web.Request, webhook_id: str) -> web.StreamResponse:
         parts = request.path.strip("/").split("/")
@@ -145,8 +151,8 @@ class Receiver:
         return web.json_response({"ok": True})
 
 
-def make_app(log_path: str | None) -> web.Application:
-    receiver = Receiver(log_path)
+def make_app(log_path: str | None, lean: bool = False) -> web.Application:
+    receiver = Receiver(log_path, lean)
     app = web.Application(client_max_size=1 << 20)
     app["receiver"] = receiver
     app.router.add_get("/stats", receiver.stats)
@@ -166,6 +172,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--log", help="JSON-lines log of every request")
     parser.add_argument("--port-file", help="write the bound port here once listening")
+    parser.add_argument("--lean", action="store_true", help="log no headers, bodies or ends")
     args = parser.parse_args()
 
     async def serve():
@@ -173,7 +180,9 @@ def main() -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        runner = web.AppRunner(make_app(args.log), access_log=None, handler_cancellation=True)
+        runner = web.AppRunner(
+            make_app(args.log, args.lean), access_log=None, handler_cancellation=True
+        )
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", args.port, backlog=4096)
         await site.start()

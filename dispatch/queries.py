@@ -140,6 +140,11 @@ INSERT_RUN_SQLITE = """
 ADVANCE_JOB_SQLITE = "UPDATE jobs_job SET next_fire_at = %s WHERE id = %s"
 
 EARLIEST_NEXT_FIRE = "SELECT min(next_fire_at) FROM jobs_job WHERE state = 'active'"
+# One round trip for the loop's "how long may I sleep?" (uses job_due_idx).
+SECONDS_TO_EARLIEST_PG = """
+    SELECT extract(epoch FROM min(next_fire_at) - statement_timestamp())
+    FROM jobs_job WHERE state = 'active'
+"""
 
 
 def db_now() -> dt.datetime:
@@ -279,6 +284,17 @@ def insert_runs_and_advance(
             ADVANCE_JOB_SQLITE, [(adapt_dt(nxt), adapt_uuid(job_id)) for job_id, nxt in advances]
         )
     return inserted
+
+
+def seconds_to_earliest_fire() -> float | None:
+    """Seconds from the database's now to the earliest next fire (None: no job)."""
+    if is_postgres():
+        with connection.cursor() as cur:
+            cur.execute(SECONDS_TO_EARLIEST_PG)
+            value = cur.fetchone()[0]
+        return None if value is None else float(value)
+    earliest = earliest_next_fire()
+    return None if earliest is None else (earliest - db_now()).total_seconds()
 
 
 def earliest_next_fire() -> dt.datetime | None:
