@@ -1,0 +1,735 @@
+"""The jobs admin: the owner's list of jobs, the job page, and the audit log.
+
+Everything that changes a job goes through the model's domain verbs (pause,
+resume, trigger, rotate_secret, reschedule, soft_delete) with
+``channel="admin"`` and the signed-in user as the actor, so the audit log says
+who did what from where. No action updates job rows behind the model's back.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import statistics
+import zoneinfo
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.db import connection
+from django.db.models import Subquery
+from django.http import HttpResponseRedirect
+from django.shortcuts import redirect
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
+from django.views.decorators.http import require_POST
+
+from jobs import crypto, schedules
+from jobs.display import describe_schedule, relative, short_duration
+from jobs.forms import JobForm
+from jobs.models import Channel, Job, JobEvent, JobState
+from runs.display import lag_text, outcome_strip, run_url, state_badge
+from runs.models import Attempt, Run
+from runs.recent import recent_runs
+from scheduler_site.admin_site import BigTableAdmin, OwnerScopedAdmin
+from scheduler_site.db import db_now
+
+# Squares in the jobs list's strip, and on a job's page.
+LIST_STRIP_RUNS = 20
+PAGE_STRIP_RUNS = 60
+NEXT_FIRES = 10
+EVENTS_ON_PAGE = 20
+# Attempts whose durations make a job's "typical run time".
+TYPICAL_RUNS = 50
+
+SCHEDULE_FIELDS = frozenset({"cron", "interval_seconds", "timezone", "start_at"})
+JOB_FIELDS = frozenset(f.name for f in Job._meta.get_fields())
+
+# The new secret waits here, in the session, between the POST that made it and
+# the page that shows it once; that page removes it. It is kept encrypted like
+# the stored one (jobs/crypto.py): sessions live in the database too.
+NEW_SECRETS_SESSION_KEY = "punctual.new_secrets"
+
+VERIFY_SNIPPET = '''\
+# pip install standardwebhooks
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+webhook = Webhook("{secret}")
+
+
+def verify(body: bytes, headers: dict[str, str]) -> dict:
+    """The delivery's JSON once its signature checks out.
+
+    Raises WebhookVerificationError for a forged, altered or stale delivery.
+    In Django: verify(request.body, dict(request.headers)).
+    """
+    event = webhook.verify(body, headers)
+    # Every retry of one fire carries the same event["data"]["run_id"]:
+    # de-duplicate on it before acting, and a retry never acts twice.
+    return event
+'''
+
+
+def _now(obj: Job) -> dt.datetime:
+    """The database clock, read once per job page (several fields need it)."""
+    if not hasattr(obj, "_admin_now"):
+        obj._admin_now = db_now()
+    return obj._admin_now
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if hasattr(value, "pk"):
+        return str(value.pk)
+    return value
+
+
+def _stash_secret(request, job: Job, secret: str) -> None:
+    secrets = request.session.get(NEW_SECRETS_SESSION_KEY, {})
+    secrets[str(job.pk)] = crypto.encrypt(secret)
+    request.session[NEW_SECRETS_SESSION_KEY] = secrets
+
+
+def _pop_secret(request, job: Job) -> str | None:
+    secrets = request.session.get(NEW_SECRETS_SESSION_KEY, {})
+    token = secrets.pop(str(job.pk), None)
+    if token is None:
+        return None
+    request.session[NEW_SECRETS_SESSION_KEY] = secrets
+    return crypto.decrypt(token)
+
+
+def _local(when: dt.datetime, zone: str) -> dt.datetime:
+    return when.astimezone(zoneinfo.ZoneInfo(zone))
+
+
+# -- the list ---------------------------------------------------------------------
+
+
+class FailingFilter(admin.SimpleListFilter):
+    title = "health"
+    parameter_name = "health"
+
+    def lookups(self, request, model_admin):
+        return [("failing", "Failing"), ("healthy", "Not failing")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "failing":
+            return queryset.failing()
+        if self.value() == "healthy":
+            return queryset.filter(consecutive_failures=0)
+        return queryset
+
+
+class JobChangeList(ChangeList):
+    """Loads the page's recent runs in one query, whatever the page size.
+
+    Each job on the page gets ``recent_runs`` (newest first, runs/recent.py)
+    and ``page_now`` (the database clock, read once), which the list's
+    columns read instead of querying per row.
+    """
+
+    def get_results(self, request):
+        super().get_results(request)
+        jobs = list(self.result_list)  # fills the queryset's cache: no second query
+        recent = recent_runs([job.pk for job in jobs], LIST_STRIP_RUNS)
+        now = db_now()
+        for job in jobs:
+            job.recent_runs = recent.get(job.pk, [])
+            job.page_now = now
+
+
+@admin.register(Job)
+class JobAdmin(OwnerScopedAdmin):
+    form = JobForm
+    list_display = (
+        "name",
+        "schedule",
+        "state_column",
+        "next_fire",
+        "last_run",
+        "recent_outcomes",
+    )
+    list_filter = (
+        "state",
+        "target_kind",
+        "misfire_policy",
+        "overlap_policy",
+        FailingFilter,
+    )
+    list_select_related = ("owner",)
+    search_fields = ("name",)
+    list_per_page = 50
+    actions = ["pause_jobs", "resume_jobs", "trigger_jobs"]
+    readonly_fields = (
+        "schedule_text",
+        "next_fires",
+        "schedule_warnings",
+        "secret_status",
+        "state_text",
+        "next_fire",
+        "consecutive_failures",
+        "version",
+        "created_at",
+        "updated_at",
+        "run_history",
+        "audit_events",
+    )
+
+    # -- scoping
+
+    def get_queryset(self, request):
+        return Job.objects.for_owner(request.user).select_related("owner")
+
+    def get_changelist(self, request, **kwargs):
+        return JobChangeList
+
+    def get_object(self, request, object_id, from_field=None):
+        job = super().get_object(request, object_id, from_field)
+        if request.method == "POST" and connection.in_atomic_block:
+            # The admin saves (and deletes) inside a transaction: hold the row
+            # as the API does, so the version check and the save see one row.
+            job = Job.objects.select_for_update().get(pk=job.pk)
+        return job
+
+    def get_list_display(self, request):
+        if request.user.is_superuser:
+            return (*self.list_display, "owner")
+        return self.list_display
+
+    # -- the form
+
+    def get_fieldsets(self, request, obj=None):
+        first = ["name", "description", "expected_version"]
+        if request.user.is_superuser:
+            first.append("owner")
+        schedule = ["cron", "interval_seconds", "timezone", "start_at"]
+        target = ["target_kind", "url", "payload"]
+        if obj is not None:
+            schedule += ["schedule_text", "next_fires", "schedule_warnings"]
+            target += ["secret_status"]
+        fieldsets = [
+            (None, {"fields": first}),
+            ("Schedule", {"fields": schedule}),
+            ("Target", {"fields": target}),
+            (
+                "Delivery and retries",
+                {
+                    "fields": [
+                        "timeout_seconds",
+                        "max_attempts",
+                        "retry_backoff_seconds",
+                        "jitter_seconds",
+                    ]
+                },
+            ),
+            (
+                "Policies",
+                {
+                    "fields": [
+                        "misfire_policy",
+                        "max_catchup",
+                        "misfire_grace_seconds",
+                        "overlap_policy",
+                        "pause_after_failures",
+                    ]
+                },
+            ),
+        ]
+        if obj is not None:
+            fieldsets += [
+                (
+                    "Status",
+                    {
+                        "fields": [
+                            "state_text",
+                            "next_fire",
+                            "consecutive_failures",
+                            "version",
+                            "created_at",
+                            "updated_at",
+                        ]
+                    },
+                ),
+                ("Run history", {"fields": ["run_history"]}),
+                ("Audit events", {"fields": ["audit_events"]}),
+            ]
+        return fieldsets
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change, **kwargs)
+        # modelform_factory made this class for this request: safe to set on it.
+        form.default_owner = request.user
+        return form
+
+    def get_changeform_initial_data(self, request):
+        initial = super().get_changeform_initial_data(request)
+        if request.user.is_superuser:
+            initial.setdefault("owner", request.user.pk)
+        return initial
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            if obj.owner_id is None or not request.user.is_superuser:
+                obj.owner = request.user
+            # Made here rather than in Job.save() so that it can be shown once.
+            secret = crypto.generate_secret()
+            obj.set_secret(secret)
+            obj.save()
+            obj.record_event(
+                "created",
+                actor=request.user,
+                channel=Channel.ADMIN,
+                changes={
+                    name: _jsonable(form.cleaned_data.get(name))
+                    for name in form.fields
+                    if name in JOB_FIELDS
+                },
+            )
+            _stash_secret(request, obj, secret)
+        else:
+            changed = [name for name in form.changed_data if name in JOB_FIELDS]
+            if changed:
+                # Only what the form changed: a pause, a failure count or a
+                # next fire written by another process meanwhile stays as it is.
+                update = {*changed, "version", "updated_at"}
+                if SCHEDULE_FIELDS.intersection(changed):
+                    obj.reschedule(actor=request.user, channel=Channel.ADMIN)
+                    update.add("next_fire_at")
+                obj.save(update_fields=sorted(update))
+                obj.record_event(
+                    "updated",
+                    actor=request.user,
+                    channel=Channel.ADMIN,
+                    changes={
+                        name: {
+                            "from": _jsonable(form.initial.get(name)),
+                            "to": _jsonable(form.cleaned_data.get(name)),
+                        }
+                        for name in changed
+                    },
+                )
+        if not change or SCHEDULE_FIELDS.intersection(form.changed_data):
+            for risk in self._risks(obj, _now(obj)):
+                self.message_user(request, risk, messages.WARNING)
+
+    def response_add(self, request, obj, post_url_continue=None):
+        # The new job's page, not the list: it shows the secret (once) and the
+        # next fires.
+        if "_addanother" in request.POST or "_popup" in request.POST:
+            return super().response_add(request, obj, post_url_continue)
+        self.message_user(request, f"The job “{obj}” was created.", messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:jobs_job_change", args=[obj.pk]))
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = dict(extra_context or {})
+        obj = self.get_object(request, object_id)
+        # Only a page view consumes it: a POST that fails validation re-renders
+        # the form, and the secret must not be lost or shown there.
+        secret = _pop_secret(request, obj) if request.method == "GET" else None
+        if secret is not None:
+            extra_context["new_secret"] = secret
+            extra_context["verify_snippet"] = VERIFY_SNIPPET.format(secret=secret)
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    # -- deleting is a soft delete
+
+    def delete_model(self, request, obj):
+        obj.soft_delete(actor=request.user, channel=Channel.ADMIN)
+
+    def delete_queryset(self, request, queryset):
+        for job in queryset:
+            job.soft_delete(actor=request.user, channel=Channel.ADMIN)
+
+    def get_deleted_objects(self, objs, request):
+        # The stock confirmation walks every related row (a job's whole run
+        # history) and asks for delete permission on runs. A soft delete
+        # removes none of them: the job is hidden and its waiting runs are
+        # cancelled, so list just the jobs.
+        objs = list(objs)
+        perms_needed = set()
+        if not all(self.has_delete_permission(request, obj) for obj in objs):
+            perms_needed.add(self.opts.verbose_name)
+        return (
+            [format_html("{} (its run history is kept)", obj) for obj in objs],
+            {self.opts.verbose_name_plural: len(objs)},
+            perms_needed,
+            [],
+        )
+
+    # -- list columns
+
+    @admin.display(description="schedule")
+    def schedule(self, obj: Job) -> str:
+        return describe_schedule(obj.cron, obj.interval_seconds, obj.timezone)
+
+    @admin.display(description="state", ordering="state")
+    def state_column(self, obj: Job):
+        if obj.state == JobState.PAUSED:
+            return format_html(
+                '<span class="punctual-badge st-paused" title="{}">Paused</span>',
+                obj.pause_note or "paused",
+            )
+        if obj.consecutive_failures:
+            return format_html(
+                '<span class="punctual-badge st-failed" title="consecutive failed runs">'
+                "Failing ×{}</span>",
+                obj.consecutive_failures,
+            )
+        return mark_safe('<span class="punctual-badge st-active">Active</span>')
+
+    @admin.display(description="next fire", ordering="next_fire_at")
+    def next_fire(self, obj: Job):
+        if obj.next_fire_at is None:
+            return "—"
+        local = _local(obj.next_fire_at, obj.timezone)
+        now = getattr(obj, "page_now", None) or _now(obj)
+        return format_html(
+            '<span title="{}">{}</span> <span class="punctual-quiet">{}</span>',
+            f"{obj.next_fire_at:%Y-%m-%d %H:%M:%S} UTC",
+            f"{local:%Y-%m-%d %H:%M} {local:%Z}",
+            relative(obj.next_fire_at, now),
+        )
+
+    @admin.display(description="last run")
+    def last_run(self, obj: Job):
+        runs = getattr(obj, "recent_runs", None)
+        if not runs:
+            return mark_safe('<span class="punctual-quiet">none yet</span>')
+        run = runs[0]
+        return format_html(
+            '<a href="{}">{}</a> <span class="punctual-quiet" title="lag">{}</span>',
+            run_url(run.pk),
+            state_badge(run.state),
+            lag_text(run.lag_seconds),
+        )
+
+    @admin.display(description="recent runs")
+    def recent_outcomes(self, obj: Job):
+        return outcome_strip(getattr(obj, "recent_runs", []))
+
+    # -- read-only fields of the job page
+
+    @admin.display(description="in words")
+    def schedule_text(self, obj: Job) -> str:
+        return describe_schedule(obj.cron, obj.interval_seconds, obj.timezone)
+
+    @admin.display(description="next 10 fires")
+    def next_fires(self, obj: Job):
+        fires = self._next_fires(obj)
+        if not fires:
+            return "This schedule has no further fires."
+        rows = format_html_join(
+            "",
+            "<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    mark_safe(' class="punctual-dst"') if near else "",
+                    f"{local:%a %Y-%m-%d %H:%M:%S}",
+                    f"UTC{local.isoformat()[-6:]} ({local:%Z})",
+                    f"{fire:%Y-%m-%d %H:%M:%S} UTC",
+                    "⚠ DST change within a day" if near else "",
+                )
+                for fire, local, near in fires
+            ),
+        )
+        note = ""
+        if obj.state == JobState.PAUSED:
+            note = mark_safe(
+                '<p class="punctual-quiet">Paused: these are the fires it would make '
+                "if resumed now.</p>"
+            )
+        return format_html(
+            '{}<table class="punctual-fires"><thead><tr><th>in {}</th><th>offset</th>'
+            "<th>UTC</th><th></th></tr></thead><tbody>{}</tbody></table>",
+            note,
+            obj.timezone,
+            rows,
+        )
+
+    @admin.display(description="warnings")
+    def schedule_warnings(self, obj: Job):
+        risks = self._risks(obj, _now(obj))
+        if not risks:
+            return mark_safe('<span class="punctual-quiet">none</span>')
+        return format_html(
+            '<ul class="punctual-warnings">{}</ul>',
+            format_html_join("", "<li>{}</li>", ((r,) for r in risks)),
+        )
+
+    @admin.display(description="secret")
+    def secret_status(self, obj: Job):
+        text = mark_safe(
+            "Hidden. A secret is shown once, when the job is created or the secret is "
+            "rotated (the <b>Rotate secret</b> button above)."
+        )
+        now = _now(obj)
+        if obj.previous_secret_until and obj.previous_secret_until > now:
+            text = format_html(
+                "{} The previous secret also signs deliveries until {} UTC.",
+                text,
+                f"{obj.previous_secret_until:%Y-%m-%d %H:%M}",
+            )
+        return text
+
+    @admin.display(description="state")
+    def state_text(self, obj: Job):
+        badge = self.state_column(obj)
+        if obj.state != JobState.PAUSED:
+            return badge
+        parts = [badge]
+        if obj.pause_note:
+            parts.append(format_html("“{}”", obj.pause_note))
+        if obj.paused_at:
+            parts.append(format_html("since {} UTC", f"{obj.paused_at:%Y-%m-%d %H:%M}"))
+        if obj.resume_at:
+            parts.append(format_html("resumes at {} UTC", f"{obj.resume_at:%Y-%m-%d %H:%M}"))
+        return format_html_join(" ", "{}", ((p,) for p in parts))
+
+    @admin.display(description="recent runs")
+    def run_history(self, obj: Job):
+        runs = recent_runs([obj.pk], PAGE_STRIP_RUNS).get(obj.pk, [])
+        all_runs = reverse("admin:runs_run_changelist") + f"?job__id__exact={obj.pk}"
+        if not runs:
+            return mark_safe('<span class="punctual-quiet">No runs yet.</span>')
+        oldest, newest = runs[-1], runs[0]
+        return format_html(
+            '<div class="punctual-history">{}<div class="punctual-axis"><span>{} UTC</span>'
+            "<span>{} UTC</span></div></div>"
+            '<p><a href="{}">All runs of this job</a> · the newest {} runs, oldest on the left; '
+            "each square links to its run.</p>",
+            outcome_strip(runs),
+            f"{oldest.scheduled_at:%Y-%m-%d %H:%M:%S}",
+            f"{newest.scheduled_at:%Y-%m-%d %H:%M:%S}",
+            all_runs,
+            len(runs),
+        )
+
+    @admin.display(description="events")
+    def audit_events(self, obj: Job):
+        events = list(obj.events.select_related("actor")[:EVENTS_ON_PAGE])
+        if not events:
+            return mark_safe('<span class="punctual-quiet">No events.</span>')
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+            (
+                (
+                    f"{e.created_at:%Y-%m-%d %H:%M:%S} UTC",
+                    e.action,
+                    e.get_channel_display(),
+                    e.actor or "—",
+                    _changes_text(e.changes),
+                )
+                for e in events
+            ),
+        )
+        all_events = reverse("admin:jobs_jobevent_changelist") + f"?job__id__exact={obj.pk}"
+        return format_html(
+            '<table class="punctual-events"><thead><tr><th>when</th><th>action</th>'
+            "<th>through</th><th>who</th><th>what changed</th></tr></thead><tbody>{}</tbody>"
+            '</table><p><a href="{}">All events of this job</a></p>',
+            rows,
+            all_events,
+        )
+
+    # -- schedule insight
+
+    def _next_fires(self, obj: Job) -> list[tuple[dt.datetime, dt.datetime, bool]]:
+        """(fire in UTC, the same in the job's zone, close to a DST change)."""
+        if not hasattr(obj, "_admin_fires"):
+            try:
+                fires = obj.schedule.next_fires(_now(obj), NEXT_FIRES)
+            except schedules.ScheduleError:
+                fires = []
+            obj._admin_fires = [
+                (
+                    fire,
+                    _local(fire, obj.timezone),
+                    schedules.dst_transition_near(fire, obj.timezone),
+                )
+                for fire in fires
+            ]
+        return obj._admin_fires
+
+    def _risks(self, obj: Job, now: dt.datetime) -> list[str]:
+        """cron_risks, plus "fires come faster than a run takes"."""
+        risks: list[str] = []
+        if obj.cron:
+            try:
+                risks = schedules.cron_risks(obj.cron, obj.timezone, now=now)
+            except schedules.ScheduleError:
+                pass  # a schedule the validators now refuse: the form says so
+        period = obj.interval_seconds
+        if obj.cron:
+            fires = [fire for fire, _, _ in self._next_fires(obj)]
+            gaps = [(b - a).total_seconds() for a, b in zip(fires, fires[1:], strict=False)]
+            period = min(gaps) if gaps else None
+        typical = self._typical_duration(obj)
+        if period and typical and typical[0] > period:
+            seconds, count = typical
+            risks.append(
+                f"Runs take about {short_duration(seconds)} (the median of the last {count} "
+                f"attempts), longer than the {short_duration(period)} between fires: under "
+                f"the “{obj.get_overlap_policy_display()}” overlap policy, fires will pile up "
+                "or be skipped."
+            )
+        return risks
+
+    def _typical_duration(self, obj: Job) -> tuple[float, int] | None:
+        """The median duration of the job's recent attempts, and how many.
+
+        The job's newest runs come from the (job_id, scheduled_at) index, then
+        their attempts by run: never a scan of the job's whole history.
+        """
+        if obj.pk is None:
+            return None
+        newest = Run.objects.filter(job=obj).order_by("-scheduled_at").values("pk")
+        durations = list(
+            Attempt.objects.filter(
+                run__in=Subquery(newest[:TYPICAL_RUNS]), duration_ms__isnull=False
+            ).values_list("duration_ms", flat=True)
+        )
+        if not durations:
+            return None
+        return statistics.median(durations) / 1000, len(durations)
+
+    # -- actions (list) and buttons (job page)
+
+    @admin.action(description="Pause selected jobs", permissions=["change"])
+    def pause_jobs(self, request, queryset):
+        done = [job for job in queryset if job.state == JobState.ACTIVE]
+        for job in done:
+            job.pause(actor=request.user, channel=Channel.ADMIN)
+        self._report(request, "Paused", done, queryset)
+
+    @admin.action(description="Resume selected jobs", permissions=["change"])
+    def resume_jobs(self, request, queryset):
+        done = [job for job in queryset if job.state == JobState.PAUSED]
+        for job in done:
+            job.resume(actor=request.user, channel=Channel.ADMIN)
+        self._report(request, "Resumed", done, queryset)
+
+    @admin.action(description="Trigger selected jobs now", permissions=["change"])
+    def trigger_jobs(self, request, queryset):
+        jobs = list(queryset)
+        for job in jobs:
+            job.trigger(actor=request.user, channel=Channel.ADMIN)
+        self._report(request, "Triggered", jobs, jobs)
+
+    def _report(self, request, verb: str, done: list[Job], selected) -> None:
+        skipped = len(selected) - len(done)
+        text = f"{verb} {len(done)} job{'s' if len(done) != 1 else ''}"
+        if skipped:
+            text += f" ({skipped} already {verb.lower()})"
+        self.message_user(request, text + ".", messages.SUCCESS)
+
+    def get_urls(self):
+        def view(name: str, func):
+            return path(
+                f"<path:object_id>/{name}/",
+                self.admin_site.admin_view(require_POST(func)),
+                name=f"jobs_job_{name.replace('-', '_')}",
+            )
+
+        return [
+            view("rotate-secret", self.rotate_secret_view),
+            view("test-delivery", self.test_delivery_view),
+            view("pause", self.pause_view),
+            view("resume", self.resume_view),
+            *super().get_urls(),
+        ]
+
+    def _changeable(self, request, object_id) -> Job:
+        job = self.get_object(request, object_id)
+        if not self.has_change_permission(request, job):
+            raise PermissionDenied
+        return job
+
+    def rotate_secret_view(self, request, object_id):
+        job = self._changeable(request, object_id)
+        secret = job.rotate_secret(actor=request.user, channel=Channel.ADMIN)
+        _stash_secret(request, job, secret)
+        self.message_user(
+            request,
+            "The secret was rotated. For 24 hours deliveries are signed with both the old "
+            "and the new secret, so receivers can switch over.",
+            messages.SUCCESS,
+        )
+        return redirect("admin:jobs_job_change", job.pk)
+
+    def test_delivery_view(self, request, object_id):
+        job = self._changeable(request, object_id)
+        run = job.trigger(actor=request.user, channel=Channel.ADMIN)
+        self.message_user(
+            request,
+            "Test delivery queued as a manual run. This page follows it until it finishes.",
+            messages.SUCCESS,
+        )
+        return HttpResponseRedirect(run_url(run.pk) + "?watch=1")
+
+    def pause_view(self, request, object_id):
+        job = self._changeable(request, object_id)
+        if job.state == JobState.ACTIVE:
+            cancelled = job.pause(actor=request.user, channel=Channel.ADMIN)
+            self.message_user(
+                request, f"Paused. {cancelled} waiting run(s) cancelled.", messages.SUCCESS
+            )
+        return redirect("admin:jobs_job_change", job.pk)
+
+    def resume_view(self, request, object_id):
+        job = self._changeable(request, object_id)
+        if job.state == JobState.PAUSED:
+            job.resume(actor=request.user, channel=Channel.ADMIN)
+            self.message_user(request, "Resumed from now.", messages.SUCCESS)
+        return redirect("admin:jobs_job_change", job.pk)
+
+
+def _changes_text(changes: dict) -> str:
+    text = json.dumps(changes, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
+# -- the audit log ------------------------------------------------------------------
+
+
+@admin.register(JobEvent)
+class JobEventAdmin(OwnerScopedAdmin, BigTableAdmin):
+    list_display = ("created_at", "job_link", "action", "channel", "actor", "changes_summary")
+    list_filter = ("channel",)
+    list_select_related = ("job", "actor")
+    sortable_by = ("created_at",)
+    fields = ("created_at", "job", "action", "channel", "actor", "changes")
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        if request.user.is_superuser:
+            return queryset
+        return queryset.filter(owner=request.user)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="job")
+    def job_link(self, obj: JobEvent):
+        if obj.job is None:
+            return "—"
+        if obj.job.deleted_at is not None:
+            return format_html("{} <span class='punctual-quiet'>(deleted)</span>", obj.job)
+        return format_html(
+            '<a href="{}">{}</a>', reverse("admin:jobs_job_change", args=[obj.job_id]), obj.job
+        )
+
+    @admin.display(description="what changed")
+    def changes_summary(self, obj: JobEvent):
+        return format_html("<code>{}</code>", _changes_text(obj.changes))

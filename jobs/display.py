@@ -1,0 +1,98 @@
+"""How schedules and durations read to a person (the admin, the dashboard).
+
+Display only: nothing here decides when anything fires; ``jobs.schedules``
+does. Cron text is put into words by cron-descriptor rather than by a
+hand-written describer.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+
+from cron_descriptor import ExpressionDescriptor, Options
+
+from jobs.schedules import MACROS
+
+_UNITS = (
+    (86_400, "day"),
+    (3_600, "hour"),
+    (60, "minute"),
+    (1, "second"),
+)
+
+
+def describe_interval(seconds: int) -> str:
+    """``every 5 minutes``, ``every hour``, ``every 90 seconds``.
+
+    The largest unit that divides the interval exactly, so that nothing is
+    rounded away: 5,400 s reads "every 90 minutes", not "every 1.5 hours".
+    """
+    for size, unit in _UNITS:
+        if seconds % size == 0:
+            count = seconds // size
+            return f"every {unit}" if count == 1 else f"every {count:,} {unit}s"
+    raise AssertionError("unreachable: every integer is a whole number of seconds")
+
+
+@functools.lru_cache(maxsize=2048)
+def describe_cron(cron: str) -> str:
+    """``At 02:00``, ``Every 5 minutes, Monday through Friday``.
+
+    Macros are described through their five-field meaning. An expression that
+    cron-descriptor cannot put into words is shown as written.
+    """
+    options = Options()
+    options.use_24hour_time_format = True
+    options.verbose = False
+    try:
+        return ExpressionDescriptor(MACROS.get(cron, cron), options).get_description()
+    except Exception:  # cron-descriptor's own errors vary by release; the text will do
+        return cron
+
+
+def describe_schedule(cron: str | None, interval_seconds: int | None, timezone: str) -> str:
+    """A job's schedule in words: ``At 02:00, Europe/Berlin`` or ``every 5 minutes``.
+
+    The zone is named for cron schedules only: an interval is the same length
+    in every zone.
+    """
+    if cron:
+        return f"{describe_cron(cron)}, {timezone}"
+    if interval_seconds:
+        return describe_interval(interval_seconds)
+    return "no schedule"
+
+
+def short_duration(seconds: float | None) -> str:
+    """``850 ms``, ``12.4 s``, ``3 min 20 s``, ``2 h 5 min``, ``3 d 4 h``."""
+    if seconds is None:
+        return ""
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    if seconds < 1:
+        return f"{sign}{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{sign}{seconds:.1f} s" if seconds < 10 else f"{sign}{seconds:.0f} s"
+    whole = int(seconds)
+    for size, unit, small_size, small_unit in (
+        (86_400, "d", 3_600, "h"),
+        (3_600, "h", 60, "min"),
+        (60, "min", 1, "s"),
+    ):
+        if whole >= size:
+            big, rest = divmod(whole, size)
+            small = rest // small_size
+            return f"{sign}{big} {unit} {small} {small_unit}" if small else f"{sign}{big} {unit}"
+    raise AssertionError("unreachable")
+
+
+def relative(when: dt.datetime | None, now: dt.datetime) -> str:
+    """``in 3 min``, ``12 s ago``: ``when`` against ``now`` (the database clock)."""
+    if when is None:
+        return ""
+    delta = (when - now).total_seconds()
+    if abs(delta) < 1:
+        return "now"
+    text = short_duration(abs(delta))
+    return f"in {text}" if delta > 0 else f"{text} ago"

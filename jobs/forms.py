@@ -1,0 +1,214 @@
+"""The admin's job form: the rules of PRODUCT.md §2, field by field.
+
+Schedules are checked by ``jobs.schedules`` (the same validators the API and
+the dispatcher rely on) and webhook URLs by ``dispatch.webhooks.check_url``
+(the outbound-address rules of §5), so the admin accepts exactly what the rest
+of Punctual accepts, with the error next to the field.
+"""
+
+from __future__ import annotations
+
+import json
+import zoneinfo
+
+from django import forms
+from django.conf import settings
+from django.utils import timezone
+
+from dispatch.webhooks import UnsafeTargetError, check_url
+from jobs import schedules
+from jobs.models import Job, TargetKind
+
+MAX_PAYLOAD_BYTES = 64 * 1024
+
+
+def _zone_choices() -> list[tuple[str, str]]:
+    names = sorted(zoneinfo.available_timezones() - {"UTC", "localtime", "posixrules"})
+    return [("UTC", "UTC"), *((name, name) for name in names)]
+
+
+class JobForm(forms.ModelForm):
+    # Limits from PRODUCT.md §2 that the model fields do not carry.
+    cron = forms.CharField(
+        required=False,
+        max_length=schedules.MAX_CRON_LENGTH,
+        strip=True,
+        widget=forms.TextInput(attrs={"placeholder": "0 2 * * *", "class": "vTextField"}),
+        help_text=(
+            "Five fields (minute hour day-of-month month day-of-week), or @hourly, @daily, "
+            "@weekly, @monthly, @yearly. Leave empty for an interval schedule."
+        ),
+    )
+    interval_seconds = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=schedules.MAX_INTERVAL_SECONDS,
+        label="Interval (seconds)",
+        help_text="Fires every this many seconds from start at (or creation). Leave empty "
+        "for a cron schedule.",
+    )
+    timezone = forms.ChoiceField(
+        choices=_zone_choices,
+        initial="UTC",
+        label="Time zone",
+        help_text="The zone the cron is read in.",
+    )
+    timeout_seconds = forms.IntegerField(min_value=1, max_value=900, initial=30)
+    max_attempts = forms.IntegerField(min_value=1, max_value=20, initial=3)
+    retry_backoff_seconds = forms.IntegerField(
+        min_value=1,
+        max_value=3600,
+        initial=10,
+        help_text="The base of exponential backoff with full jitter.",
+    )
+    max_catchup = forms.IntegerField(min_value=1, max_value=100, initial=3)
+    misfire_grace_seconds = forms.IntegerField(min_value=1, max_value=86_400, initial=60)
+    jitter_seconds = forms.IntegerField(
+        min_value=0,
+        max_value=3600,
+        initial=0,
+        help_text="Delays delivery by a stable per-job offset below this many seconds.",
+    )
+    pause_after_failures = forms.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="Pause the job after this many consecutive failed runs. Empty: never.",
+    )
+
+    # The version the page was loaded at: saving over a change made meanwhile
+    # (by the API, a pause, the system) is refused, like the API's If-Match.
+    expected_version = forms.IntegerField(required=False, widget=forms.HiddenInput)
+
+    # The owner of a new job when the form has no owner field (non-superusers).
+    # Set per request by JobAdmin.get_form.
+    default_owner = None
+
+    class Meta:
+        model = Job
+        fields = [
+            "name",
+            "description",
+            "cron",
+            "interval_seconds",
+            "timezone",
+            "start_at",
+            "target_kind",
+            "url",
+            "payload",
+            "timeout_seconds",
+            "max_attempts",
+            "retry_backoff_seconds",
+            "misfire_policy",
+            "max_catchup",
+            "misfire_grace_seconds",
+            "overlap_policy",
+            "jitter_seconds",
+            "pause_after_failures",
+        ]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.owner_id is None and self.default_owner is not None:
+            self.instance.owner = self.default_owner
+        if self.instance.pk is not None:
+            self.fields["expected_version"].initial = self.instance.version
+        if "url" in self.fields:
+            self.fields["url"].help_text = (
+                "http or https; required for webhook jobs. Private and loopback addresses "
+                "are refused unless PUNCTUAL_ALLOW_PRIVATE_TARGETS is set."
+            )
+        if "payload" in self.fields:
+            self.fields[
+                "payload"
+            ].help_text = "A JSON object sent as data.payload in every delivery (at most 64 KiB)."
+
+    # -- fields
+
+    def clean_cron(self) -> str | None:
+        text = self.cleaned_data.get("cron") or ""
+        if not text:
+            return None
+        try:
+            return schedules.validate_cron(text)
+        except schedules.ScheduleError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean_timezone(self) -> str:
+        try:
+            return schedules.validate_timezone(self.cleaned_data["timezone"])
+        except schedules.ScheduleError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean_payload(self) -> dict:
+        payload = self.cleaned_data.get("payload")
+        if payload in (None, ""):
+            return {}
+        if not isinstance(payload, dict):
+            raise forms.ValidationError('The payload must be a JSON object, such as {"key": 1}.')
+        size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+        if size > MAX_PAYLOAD_BYTES:
+            raise forms.ValidationError(
+                f"The payload must be at most 64 KiB once serialized (it is {size:,} bytes)."
+            )
+        return payload
+
+    # -- the whole form
+
+    def clean(self) -> dict:
+        data = super().clean()
+        expected = data.get("expected_version")
+        if self.instance.pk is not None and expected not in (None, self.instance.version):
+            raise forms.ValidationError(
+                "This job was changed elsewhere since this page was loaded (by the API, a "
+                "pause or the system). Reload the page to see the change, then edit again."
+            )
+        self._clean_schedule(data)
+        self._clean_target(data)
+        self._clean_name(data)
+        return data
+
+    def _clean_schedule(self, data: dict) -> None:
+        if any(f in self.errors for f in ("cron", "interval_seconds", "timezone", "start_at")):
+            return
+        cron, interval = data.get("cron"), data.get("interval_seconds")
+        if (cron is None) == (interval is None):
+            message = "Set exactly one of cron and interval: a job has one schedule."
+            self.add_error("cron", message)
+            self.add_error("interval_seconds", message)
+            return
+        try:
+            schedules.Schedule(
+                cron=cron,
+                interval_seconds=interval,
+                timezone=data.get("timezone") or "UTC",
+                start_at=data.get("start_at"),
+                anchor=self.instance.created_at or timezone.now(),
+            )
+        except schedules.ScheduleError as exc:
+            self.add_error("cron" if cron else "interval_seconds", str(exc))
+
+    def _clean_target(self, data: dict) -> None:
+        if data.get("target_kind") != TargetKind.WEBHOOK or "url" in self.errors:
+            return
+        url = (data.get("url") or "").strip()
+        if not url:
+            self.add_error("url", "A webhook job needs a URL.")
+            return
+        try:
+            check_url(url, allow_private=settings.PUNCTUAL_ALLOW_PRIVATE_TARGETS)
+        except UnsafeTargetError as exc:
+            self.add_error("url", str(exc))
+            return
+        data["url"] = url
+
+    def _clean_name(self, data: dict) -> None:
+        """Names are unique per owner among live jobs. Checked here because the
+        database constraint names ``owner``, which the form may not carry, and
+        an IntegrityError would otherwise be a 500."""
+        name = data.get("name")
+        owner = data.get("owner") or (self.instance.owner if self.instance.owner_id else None)
+        if not name or owner is None:
+            return
+        clash = Job.objects.live().filter(owner=owner, name=name).exclude(pk=self.instance.pk)
+        if clash.exists():
+            self.add_error("name", "You already have a job with this name.")

@@ -1,0 +1,368 @@
+"""The runs admin: what missed, what is late, what is running where, what failed and why.
+
+The runs table is the biggest in Punctual (a million rows is ordinary), so the
+list never counts it (scheduler_site.admin_site.BigTableAdmin), sorts only by
+``scheduled_at`` (the ``run_scheduled_at_idx`` index), and reads the database
+clock once per page for every countdown. Runs are made by the dispatcher, not
+by hand: nobody adds them here, and only superusers may delete them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.shortcuts import redirect
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.views.decorators.http import require_POST
+
+from jobs.display import relative, short_duration
+from jobs.models import Channel
+from runs.display import lag_text, state_badge
+from runs.models import Attempt, RetryNotAllowed, Run, RunState
+from scheduler_site.admin_site import BigTableAdmin, OwnerScopedAdmin
+from scheduler_site.db import db_now
+
+# A run is late when it started this long after its scheduled time, or is
+# still waiting this long after it became available. Jitter is part of the lag
+# by definition (PRODUCT.md §2: first attempt's start minus scheduled_at).
+LATE_AFTER = dt.timedelta(seconds=5)
+RETRYABLE_STATES = (RunState.FAILED, RunState.MISSED)
+
+
+class RunStatusFilter(admin.SimpleListFilter):
+    """The questions an owner asks, then the remaining states.
+
+    Every comparison with "now" is made by the database clock (``Now()``).
+    """
+
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request, model_admin):
+        return [
+            ("missed", "Missed"),
+            ("late", f"Late (over {LATE_AFTER.seconds} s)"),
+            ("running", "Running"),
+            ("lease_expired", "Lease expired"),
+            ("retrying", "Retrying"),
+            ("failed", "Failed"),
+            ("pending", "Pending"),
+            ("succeeded", "Succeeded"),
+            ("skipped", "Skipped"),
+            ("cancelled", "Cancelled"),
+        ]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value == "late":
+            return queryset.filter(
+                Q(lag_seconds__gt=LATE_AFTER.total_seconds())
+                | Q(state=RunState.PENDING, available_at__lt=Now() - LATE_AFTER)
+            )
+        if value == "lease_expired":
+            return queryset.filter(state=RunState.RUNNING, lease_until__lt=Now())
+        if value in RunState.values:
+            return queryset.filter(state=value)
+        return queryset
+
+
+class RunChangeList(ChangeList):
+    def get_results(self, request):
+        super().get_results(request)
+        # One read of the database clock for every countdown on the page.
+        now = db_now()
+        for run in self.result_list:
+            run.page_now = now
+
+
+class AttemptInline(admin.TabularInline):
+    model = Attempt
+    extra = 0
+    max_num = 0
+    can_delete = False
+    fields = (
+        "number",
+        "worker",
+        "started_at",
+        "finished_at",
+        "outcome",
+        "status_code",
+        "duration",
+        "error",
+    )
+    readonly_fields = fields
+    ordering = ("number",)
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="duration")
+    def duration(self, obj: Attempt) -> str:
+        if obj.duration_ms is None:
+            return self.get_empty_value_display()
+        return short_duration(obj.duration_ms / 1000)
+
+
+def _now(obj: Run) -> dt.datetime:
+    if not hasattr(obj, "page_now"):
+        obj.page_now = db_now()
+    return obj.page_now
+
+
+@admin.register(Run)
+class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
+    list_display = (
+        "scheduled",
+        "job_link",
+        "state_column",
+        "kind",
+        "attempt_column",
+        "lag",
+        "duration",
+        "worker",
+        "lease",
+        "why",
+    )
+    list_display_links = ("scheduled",)
+    list_filter = (RunStatusFilter, "kind")
+    list_select_related = ("job",)
+    # Any other order would sort the whole table; scheduled_at has an index.
+    sortable_by = ("scheduled",)
+    list_per_page = 100
+    actions = ["retry_runs"]
+    inlines = [AttemptInline]
+    fieldsets = [
+        (None, {"fields": ["job_link", "scheduled_at", "kind", "state_column", "reason", "id"]}),
+        (
+            "Attempts and lease",
+            {
+                "fields": [
+                    "attempt_column",
+                    "lease_owner",
+                    "lease",
+                    "lease_until",
+                    "deadline_at",
+                    "attempt_started_at",
+                    "available_at",
+                ]
+            },
+        ),
+        ("Timing", {"fields": ["created_at", "started_at", "finished_at", "lag", "duration"]}),
+        ("Result", {"fields": ["last_status_code", "last_error"]}),
+    ]
+    readonly_fields = (
+        "job_link",
+        "scheduled_at",
+        "kind",
+        "state_column",
+        "reason",
+        "id",
+        "attempt_column",
+        "lease_owner",
+        "lease",
+        "lease_until",
+        "deadline_at",
+        "attempt_started_at",
+        "available_at",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "lag",
+        "duration",
+        "last_status_code",
+        "last_error",
+    )
+
+    def get_queryset(self, request):
+        # The job's bulky columns are never shown here.
+        return (
+            Run.objects.for_owner(request.user)
+            .select_related("job")
+            .defer(
+                "job__payload",
+                "job__description",
+                "job__secret_encrypted",
+                "job__previous_secret_encrypted",
+            )
+        )
+
+    def get_changelist(self, request, **kwargs):
+        return RunChangeList
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        run = self.get_object(request, object_id)
+        extra_context = {
+            **(extra_context or {}),
+            # Every field is read-only: nothing to save.
+            "show_save": False,
+            "show_save_and_continue": False,
+            "show_save_and_add_another": False,
+            "can_retry": run.state in RETRYABLE_STATES and run.job.deleted_at is None,
+            # Set when the owner came from "send test delivery": the page
+            # reloads itself until the run is over.
+            "watch": "watch" in request.GET and not run.is_terminal,
+            "subtitle": f"{run.job.name} · {run.scheduled_at:%Y-%m-%d %H:%M:%S} UTC",
+        }
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    # -- columns
+
+    @admin.display(description="scheduled at (UTC)", ordering="scheduled_at")
+    def scheduled(self, obj: Run) -> str:
+        return f"{obj.scheduled_at:%Y-%m-%d %H:%M:%S}"
+
+    @admin.display(description="job")
+    def job_link(self, obj: Run):
+        job = obj.job
+        name = job.name if len(job.name) <= 32 else job.name[:31] + "…"
+        if job.deleted_at is not None:
+            return format_html('{} <span class="punctual-quiet">(deleted)</span>', name)
+        return format_html(
+            '<a href="{}" title="{}">{}</a>',
+            reverse("admin:jobs_job_change", args=[job.pk]),
+            job.name,
+            name,
+        )
+
+    @admin.display(description="state")
+    def state_column(self, obj: Run):
+        return state_badge(obj.state)
+
+    @admin.display(description="attempt")
+    def attempt_column(self, obj: Run) -> str:
+        return f"{obj.attempt}/{obj.max_attempts}"
+
+    @admin.display(description="lag")
+    def lag(self, obj: Run):
+        if obj.lag_seconds is not None:
+            late = obj.lag_seconds > LATE_AFTER.total_seconds()
+            return format_html(
+                '<span class="{}">{}</span>',
+                "punctual-late" if late else "",
+                lag_text(obj.lag_seconds),
+            )
+        if obj.state == RunState.PENDING and obj.available_at is not None:
+            now = _now(obj)
+            if obj.available_at < now:
+                waited = (now - obj.available_at).total_seconds()
+                return format_html(
+                    '<span class="{}">waiting {}</span>',
+                    "punctual-late" if waited > LATE_AFTER.total_seconds() else "",
+                    short_duration(waited),
+                )
+        return self.get_empty_value_display()
+
+    @admin.display(description="duration")
+    def duration(self, obj: Run) -> str:
+        if obj.started_at is None:
+            return self.get_empty_value_display()
+        if obj.finished_at is not None:
+            return short_duration((obj.finished_at - obj.started_at).total_seconds())
+        if obj.state == RunState.RUNNING:
+            return "running " + short_duration((_now(obj) - obj.started_at).total_seconds())
+        return self.get_empty_value_display()
+
+    @admin.display(description="worker")
+    def worker(self, obj: Run) -> str:
+        return obj.lease_owner or self.get_empty_value_display()
+
+    @admin.display(description="lease")
+    def lease(self, obj: Run):
+        if obj.state != RunState.RUNNING or obj.lease_until is None:
+            return self.get_empty_value_display()
+        now = _now(obj)
+        if obj.lease_until < now:
+            return format_html(
+                '<span class="punctual-late" title="another worker may claim it">expired {}</span>',
+                relative(obj.lease_until, now),
+            )
+        return format_html(
+            '<span title="{} UTC">{} left</span>',
+            f"{obj.lease_until:%H:%M:%S}",
+            short_duration((obj.lease_until - now).total_seconds()),
+        )
+
+    @admin.display(description="why")
+    def why(self, obj: Run):
+        parts = []
+        if obj.last_status_code:
+            parts.append(f"HTTP {obj.last_status_code}")
+        if obj.reason:
+            parts.append(obj.reason)
+        if obj.last_error:
+            error = obj.last_error if len(obj.last_error) <= 100 else obj.last_error[:99] + "…"
+            parts.append(error)
+        if not parts:
+            return self.get_empty_value_display()
+        return format_html(
+            '<span class="punctual-why" title="{}">{}</span>', obj.last_error, ": ".join(parts)
+        )
+
+    # -- retry
+
+    @admin.action(description="Retry selected failed or missed runs", permissions=["change"])
+    def retry_runs(self, request, queryset):
+        retried = 0
+        for run in queryset.filter(state__in=RETRYABLE_STATES, job__deleted_at__isnull=True):
+            try:
+                run.retry(actor=request.user, channel=Channel.ADMIN)
+            except RetryNotAllowed:
+                continue  # it changed state since the page was loaded
+            retried += 1
+        self.message_user(
+            request,
+            f"Retried {retried} run{'s' if retried != 1 else ''}.",
+            messages.SUCCESS if retried else messages.WARNING,
+        )
+        left = queryset.exclude(state__in=RETRYABLE_STATES).exists()
+        if left:
+            self.message_user(
+                request,
+                "Only failed and missed runs can be retried; the others were left alone.",
+                messages.WARNING,
+            )
+
+    def get_urls(self):
+        return [
+            path(
+                "<path:object_id>/retry/",
+                self.admin_site.admin_view(require_POST(self.retry_view)),
+                name="runs_run_retry",
+            ),
+            *super().get_urls(),
+        ]
+
+    def retry_view(self, request, object_id):
+        run = self.get_object(request, object_id)
+        if not self.has_change_permission(request, run):
+            raise PermissionDenied
+        if run.job.deleted_at is not None:
+            self.message_user(request, "The job was deleted: its runs stay as history.")
+            return redirect("admin:runs_run_change", run.pk)
+        try:
+            run.retry(actor=request.user, channel=Channel.ADMIN)
+        except RetryNotAllowed as exc:
+            self.message_user(request, str(exc).capitalize() + ".", messages.ERROR)
+        else:
+            self.message_user(
+                request, "The run is pending again, with the same id.", messages.SUCCESS
+            )
+        return redirect(reverse("admin:runs_run_change", args=[run.pk]) + "?watch=1")

@@ -1,0 +1,41 @@
+"""Template context for every admin page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class DispatcherOutage:
+    now: datetime
+    last_seen: datetime | None  # None: no dispatcher on record at all
+
+
+def dispatcher_outage(request) -> dict:
+    """``dispatcher_outage``: set when no dispatcher has been seen within
+    ``fleet.ALIVE_WITHIN``, which is when every owner's fires go late.
+
+    A callable, so that the queries run only on pages that show the banner
+    (templates/admin/base_site.html), and only for signed-in staff.
+    """
+
+    def outage() -> DispatcherOutage | None:
+        user = getattr(request, "user", None)
+        if user is None or not (user.is_active and user.is_staff):
+            return None
+        from django.db.models import Max
+
+        from dispatch import fleet
+        from dispatch.models import ProcessHeartbeat, ProcessKind
+        from scheduler_site.db import db_now
+
+        now = db_now()
+        if fleet.alive(ProcessKind.DISPATCHER, now).exists():
+            return None
+        last_seen = ProcessHeartbeat.objects.filter(kind=ProcessKind.DISPATCHER).aggregate(
+            last=Max("last_seen")
+        )["last"]
+        return DispatcherOutage(now=now, last_seen=last_seen)
+
+    return {"dispatcher_outage": outage}
