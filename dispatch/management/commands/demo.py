@@ -1,0 +1,122 @@
+"""``manage.py demo``: the demo owner and job that ``make run`` starts with.
+
+Idempotent: a second run finds the owner, its token and its job, and changes
+nothing. The owner's password is generated once and kept in
+``var/demo-credentials.txt`` (mode 0600), so re-running prints it again
+instead of resetting it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+from rest_framework.authtoken.models import Token
+
+from jobs.models import Channel, Job
+
+USERNAME = "admin"
+JOB_NAME = "Demo: every 10 seconds"
+
+
+def credentials_file() -> Path:
+    return Path(settings.BASE_DIR) / "var" / "demo-credentials.txt"
+
+
+def stored_password(path: Path) -> str | None:
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in lines:
+        key, _, value = line.partition("=")
+        if key.strip() == "password" and value.strip():
+            return value.strip()
+    return None
+
+
+def store_password(path: Path, password: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600, exist_ok=True)
+    path.write_text(f"username={USERNAME}\npassword={password}\n")
+
+
+class Command(BaseCommand):
+    help = "Create the demo owner and a demo job that targets the built-in receiver (idempotent)."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--base-url",
+            default="http://127.0.0.1:8000",
+            help="where the web app listens (the Procfile binds 127.0.0.1:8000)",
+        )
+        parser.add_argument("--interval", type=int, default=10, help="seconds between fires")
+
+    def handle(self, *args, **options):
+        base = options["base_url"].rstrip("/")
+        if not 1 <= options["interval"] <= 31_536_000:
+            raise CommandError("--interval must be between 1 and 31536000 seconds")
+        with transaction.atomic():
+            user, password = self.ensure_owner()
+            token, _ = Token.objects.get_or_create(user=user)
+            job, created = self.ensure_job(user, base, options["interval"])
+        if not settings.PUNCTUAL_ALLOW_PRIVATE_TARGETS:
+            self.stderr.write(
+                "warning: PUNCTUAL_ALLOW_PRIVATE_TARGETS is false, so workers will refuse the"
+                " demo receiver on 127.0.0.1 (make run sets it to true)"
+            )
+        shown = password or "(unchanged; set one with: manage.py changepassword admin)"
+        self.stdout.write(
+            "\n".join(
+                [
+                    "",
+                    "Punctual demo " + ("created" if created else "already set up") + ":",
+                    f"  admin      {base}/admin/  user {USERNAME}  password {shown}",
+                    f"  demo job   {job.pk}  ({job.name})",
+                    f"  receiver   {base}/demo/receiver/{job.pk}/",
+                    f"  health     {base}/api/v1/health/",
+                    f"  metrics    {base}/metrics",
+                    f'  API        curl -H "Authorization: Token {token.key}" {base}/api/v1/jobs/',
+                    "Stop everything with Ctrl-C.",
+                    f"API token: {token.key}",
+                ]
+            )
+        )
+
+    def ensure_owner(self):
+        """The demo superuser; its password is created once, never reset."""
+        User = get_user_model()
+        path = credentials_file()
+        password = stored_password(path)
+        user = User.objects.filter(username=USERNAME).first()
+        if user is None:
+            if password is None:
+                password = secrets.token_urlsafe(12)
+                store_password(path, password)
+            user = User.objects.create_superuser(USERNAME, email="", password=password)
+        return user, password
+
+    def ensure_job(self, user, base: str, interval: int) -> tuple[Job, bool]:
+        job = Job.objects.live().filter(owner=user, name=JOB_NAME).first()
+        if job is not None:
+            return job, False
+        # The receiver's URL names the job, so the id is chosen before saving.
+        job_id = uuid.uuid4()
+        job = Job(
+            id=job_id,
+            owner=user,
+            name=JOB_NAME,
+            description="Created by manage.py demo: delivers to the built-in demo receiver.",
+            interval_seconds=interval,
+            url=f"{base}/demo/receiver/{job_id}/",
+            payload={"hello": "from Punctual"},
+            timeout_seconds=10,
+        )
+        job.save(force_insert=True)
+        job.record_event("created", channel=Channel.SYSTEM, changes={"source": "manage.py demo"})
+        return job, True

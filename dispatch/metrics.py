@@ -1,0 +1,323 @@
+"""``GET /metrics``: Prometheus series, read from the database at scrape time.
+
+gunicorn runs several web processes, and dispatchers and workers run in other
+processes on other hosts, so no process holds these numbers in memory. A
+custom collector queries the database when Prometheus scrapes, so every web
+process answers the same values. Each query is cheap on big tables:
+
+- ``punctual_dispatch_lag_seconds``: max(0, now − min(next_fire_at)) over
+  active jobs; one probe of ``job_due_idx``.
+- ``punctual_runs{state}``: ``pending``, ``running`` and ``retrying`` are
+  counted exactly (``run_active_idx`` holds only those rows, and the active set
+  is small by design). The terminal states are counted exactly while the runs
+  table is at most ``EXACT_COUNT_PAGES`` pages (about 60 MB). Past that, on
+  PostgreSQL, they are estimated from the planner statistics (table size x the
+  state's frequency in ``pg_stats``), ``punctual_runs_estimated`` is 1, and
+  they are as fresh as the last ANALYZE. SQLite (one host, small tables) is
+  always counted exactly.
+- ``punctual_oldest_pending_seconds{target_kind}``: how long the oldest due
+  waiting run (pending or retrying, ``available_at <= now``) has waited; the
+  claim indexes give the minimum directly.
+- ``punctual_deliveries_total{outcome}`` and the ``punctual_delivery_seconds``
+  histogram: counters that workers persist in ``DeliveryStat``, one upsert per
+  completed batch (``record_deliveries``, called by ``runs.leases.complete``).
+- ``punctual_processes{kind}``: dispatchers and workers seen within 30 s.
+- ``punctual_database_up``: 0 when the database did not answer; the other
+  series are then left out of that scrape rather than reported as zeros.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import logging
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+
+from django.db import DatabaseError, connection
+from django.db.models import Count, Min, Sum
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_safe
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from dispatch import fleet
+from dispatch.health import dispatch_lag_seconds
+from dispatch.models import DeliveryStat, ProcessHeartbeat, ProcessKind
+from scheduler_site.db import db_now, is_postgres
+
+log = logging.getLogger("punctual.metrics")
+
+# Upper bounds (seconds) of the delivery histogram. Webhook timeouts go up to
+# 900 s, so the top buckets reach that far.
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
+INF_BUCKET = len(BUCKETS)
+NO_DURATION = -1
+# Attempt outcomes as runs.models.Attempt.Outcome spells them; always
+# exported, so a fresh install already has every series (at 0).
+OUTCOMES = ("succeeded", "failed", "permanent")
+# Writers spread over this many rows per counter (see DeliveryStat).
+STAT_SHARDS = 16
+# Up to this many 8 kB pages (about 60 MB), terminal run states are counted
+# exactly; a sequential scan of that costs tens of milliseconds.
+EXACT_COUNT_PAGES = 8000
+
+RUN_STATES = (
+    "pending",
+    "running",
+    "retrying",
+    "succeeded",
+    "failed",
+    "missed",
+    "skipped",
+    "cancelled",
+)
+ACTIVE = RUN_STATES[:3]
+TERMINAL = RUN_STATES[3:]
+TARGET_KINDS = ("webhook", "pull")
+
+
+# ---------------------------------------------------------------------------
+# Writing: the workers' side
+# ---------------------------------------------------------------------------
+
+
+def bucket_of(duration_ms: int | None) -> int:
+    """The histogram bucket of one duration: the index of the smallest bound
+    that is >= it, ``INF_BUCKET`` past the last bound, ``NO_DURATION`` if None."""
+    if duration_ms is None:
+        return NO_DURATION
+    return bisect.bisect_left(BUCKETS, duration_ms / 1000)
+
+
+def record_deliveries(results: Iterable) -> int:
+    """Add a batch of completed attempts to the delivery counters.
+
+    ``results`` are ``runs.leases.Result`` (``attempt_outcome``,
+    ``duration_ms``). One INSERT ... ON CONFLICT DO UPDATE statement per batch,
+    on PostgreSQL and SQLite alike; call it inside the completion's
+    transaction so the counters commit with the runs they count. Returns the
+    number of counter rows written.
+    """
+    counts: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+    for r in results:
+        key = (r.attempt_outcome, bucket_of(r.duration_ms))
+        counts[key][0] += 1
+        counts[key][1] += r.duration_ms or 0
+    if not counts:
+        return 0
+    # One process always writes the same shard. Rows are listed in a fixed
+    # order, so two batches that do share a shard lock its rows in the same
+    # order and cannot deadlock.
+    shard = os.getpid() % STAT_SHARDS
+    rows = sorted(counts.items())
+    table = DeliveryStat._meta.db_table
+    values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(rows))
+    params: list[object] = []
+    for (outcome, bucket), (n, ms) in rows:
+        params += [shard, outcome, bucket, n, ms]
+    with connection.cursor() as cur:
+        cur.execute(
+            f"INSERT INTO {table} (shard, outcome, bucket, deliveries, duration_ms)"
+            f" VALUES {values}"
+            " ON CONFLICT (shard, outcome, bucket) DO UPDATE SET"
+            f" deliveries = {table}.deliveries + excluded.deliveries,"
+            f" duration_ms = {table}.duration_ms + excluded.duration_ms",
+            params,
+        )
+    return len(rows)
+
+
+# ---------------------------------------------------------------------------
+# Reading: the scrape
+# ---------------------------------------------------------------------------
+
+
+def _run_counts() -> tuple[dict[str, int], bool]:
+    """Runs per state, and whether the terminal ones are estimates."""
+    from runs.models import Run
+
+    counts = dict.fromkeys(RUN_STATES, 0)
+    active = Run.objects.filter(state__in=ACTIVE).values("state").annotate(n=Count("id"))
+    counts.update({row["state"]: row["n"] for row in active})
+    estimate = _estimated_terminal_counts() if is_postgres() else None
+    if estimate is None:
+        terminal = Run.objects.filter(state__in=TERMINAL).values("state").annotate(n=Count("id"))
+        counts.update({row["state"]: row["n"] for row in terminal})
+        return counts, False
+    counts.update(estimate)
+    return counts, True
+
+
+def _estimated_terminal_counts() -> dict[str, int] | None:
+    """Terminal states from the planner statistics, or None to count exactly.
+
+    The row total is scaled the way the planner does it (rows per page at the
+    last ANALYZE x pages now), then split by the state's frequency in the most
+    common values of ``pg_stats``. Returns None while the table is small enough
+    to count, or when it has never been analysed.
+    """
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT c.reltuples, c.relpages,"
+            " pg_relation_size(c.oid) / current_setting('block_size')::int"
+            " FROM pg_class c WHERE c.oid = 'runs_run'::regclass"
+        )
+        reltuples, relpages, pages = cur.fetchone()
+        if pages <= EXACT_COUNT_PAGES or reltuples < 0 or relpages <= 0:
+            return None
+        cur.execute(
+            "SELECT most_common_vals::text::text[], most_common_freqs FROM pg_stats"
+            " WHERE schemaname = current_schema() AND tablename = 'runs_run'"
+            " AND attname = 'state'"
+        )
+        row = cur.fetchone()
+    if row is None or row[0] is None:
+        return None
+    total = reltuples / relpages * pages
+    freqs = dict(zip(row[0], row[1], strict=True))
+    return {state: round(total * freqs.get(state, 0.0)) for state in TERMINAL}
+
+
+def _oldest_pending(now: dt.datetime) -> dict[str, float]:
+    from runs.models import WAITING_STATES, Run
+
+    oldest = dict.fromkeys(TARGET_KINDS, 0.0)
+    for kind in TARGET_KINDS:
+        # One query per kind, so each matches its claim index's predicate.
+        first = Run.objects.filter(
+            state__in=WAITING_STATES, target_kind=kind, available_at__lte=now
+        ).aggregate(m=Min("available_at"))["m"]
+        if first is not None:
+            oldest[kind] = max(0.0, (now - first).total_seconds())
+    return oldest
+
+
+def _processes(now: dt.datetime) -> dict[str, int]:
+    alive = dict.fromkeys(ProcessKind.values, 0)
+    rows = (
+        ProcessHeartbeat.objects.filter(last_seen__gte=now - fleet.ALIVE_WITHIN)
+        .values("kind")
+        .annotate(n=Count("id"))
+    )
+    alive.update({row["kind"]: row["n"] for row in rows})
+    return alive
+
+
+def _delivery_stats() -> dict[str, dict[int, tuple[int, int]]]:
+    """outcome -> bucket -> (deliveries, duration_ms), summed over shards."""
+    stats: dict[str, dict[int, tuple[int, int]]] = {o: {} for o in OUTCOMES}
+    rows = DeliveryStat.objects.values("outcome", "bucket").annotate(
+        n=Sum("deliveries"), ms=Sum("duration_ms")
+    )
+    for row in rows:
+        stats.setdefault(row["outcome"], {})[row["bucket"]] = (row["n"], row["ms"])
+    return stats
+
+
+class PunctualCollector(Collector):
+    """Every series, computed from the database at each scrape."""
+
+    def describe(self) -> Iterable[Metric]:
+        # Registering must not touch the database (it happens at import).
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            families = list(self._families())
+        except DatabaseError as exc:
+            log.error("metrics: database unavailable", extra={"error": str(exc)})
+            families = []
+        up = GaugeMetricFamily(
+            "punctual_database_up", "1 if the database answered this scrape, else 0"
+        )
+        up.add_metric([], 1 if families else 0)
+        yield up
+        yield from families
+
+    def _families(self) -> Iterator[Metric]:
+        now = db_now()
+
+        lag = GaugeMetricFamily(
+            "punctual_dispatch_lag_seconds",
+            "max(0, now - min(next_fire_at)) over active jobs, by the database clock",
+        )
+        lag.add_metric([], dispatch_lag_seconds(now))
+        yield lag
+
+        counts, estimated = _run_counts()
+        runs = GaugeMetricFamily(
+            "punctual_runs",
+            "Runs per state (terminal states are estimates when punctual_runs_estimated is 1)",
+            labels=["state"],
+        )
+        for state in RUN_STATES:
+            runs.add_metric([state], counts[state])
+        yield runs
+        est = GaugeMetricFamily(
+            "punctual_runs_estimated",
+            "1 if terminal states in punctual_runs come from planner statistics",
+        )
+        est.add_metric([], 1 if estimated else 0)
+        yield est
+
+        oldest = GaugeMetricFamily(
+            "punctual_oldest_pending_seconds",
+            "Age of the oldest due run waiting for a worker (pending or retrying)",
+            labels=["target_kind"],
+        )
+        for kind, seconds in _oldest_pending(now).items():
+            oldest.add_metric([kind], seconds)
+        yield oldest
+
+        stats = _delivery_stats()
+        total = CounterMetricFamily(
+            "punctual_deliveries",
+            "Completed delivery attempts by outcome (succeeded, failed = retryable, permanent)",
+            labels=["outcome"],
+        )
+        seconds = HistogramMetricFamily(
+            "punctual_delivery_seconds",
+            "Duration of delivery attempts, from request to response",
+            labels=["outcome"],
+        )
+        for outcome, by_bucket in stats.items():
+            total.add_metric([outcome], sum(n for n, _ in by_bucket.values()))
+            cumulative, buckets = 0, []
+            for i, bound in enumerate(BUCKETS):
+                cumulative += by_bucket.get(i, (0, 0))[0]
+                buckets.append((floatToGoString(bound), cumulative))
+            cumulative += by_bucket.get(INF_BUCKET, (0, 0))[0]
+            buckets.append(("+Inf", cumulative))
+            timed_ms = sum(ms for b, (_, ms) in by_bucket.items() if b != NO_DURATION)
+            seconds.add_metric([outcome], buckets, sum_value=timed_ms / 1000)
+        yield total
+        yield seconds
+
+        processes = GaugeMetricFamily(
+            "punctual_processes",
+            "Dispatchers and workers seen within the last 30 s",
+            labels=["kind"],
+        )
+        for kind, n in _processes(now).items():
+            processes.add_metric([kind], n)
+        yield processes
+
+
+REGISTRY = CollectorRegistry(auto_describe=False)
+REGISTRY.register(PunctualCollector())
+
+
+@never_cache
+@require_safe
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)

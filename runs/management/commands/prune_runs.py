@@ -1,0 +1,66 @@
+"""``manage.py prune_runs``: delete finished runs past retention. Thin: parse, then prune."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from dispatch import fleet
+from dispatch.models import DemoDelivery
+from runs import retention
+from scheduler_site.db import db_now
+
+MAX_DAYS = 36_500
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete finished runs (and their attempts) scheduled more than D days ago, in batches"
+        " of one short transaction each; live runs are kept however old. Also forgets fleet"
+        " rows of processes silent for a day and lag samples older than two days."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--older-than-days",
+            type=int,
+            default=None,
+            metavar="D",
+            help="retention in days (default: PUNCTUAL_RUN_RETENTION_DAYS, here "
+            f"{settings.PUNCTUAL_RUN_RETENTION_DAYS})",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=int,
+            default=retention.DEFAULT_BATCH,
+            metavar="N",
+            help="runs per transaction (default %(default)s)",
+        )
+
+    def handle(self, *args, **options):
+        days = options["older_than_days"]
+        if days is None:
+            days = settings.PUNCTUAL_RUN_RETENTION_DAYS
+        if not 0 <= days <= MAX_DAYS:
+            raise CommandError(f"--older-than-days must be between 0 and {MAX_DAYS}, got {days}")
+        if not 1 <= options["batch_size"] <= 100_000:
+            raise CommandError("--batch-size must be between 1 and 100000")
+        now = db_now()
+        cutoff = now - dt.timedelta(days=days)
+        batches = 0
+
+        def progress(n: int) -> None:
+            nonlocal batches
+            batches += 1
+            if options["verbosity"] >= 2:
+                self.stdout.write(f"batch {batches}: deleted {n} runs")
+
+        total = retention.prune(cutoff, options["batch_size"], on_batch=progress)
+        forgotten = fleet.prune(now)
+        DemoDelivery.objects.filter(last_received_at__lt=cutoff).delete()
+        self.stdout.write(
+            f"deleted {total} runs scheduled before {cutoff:%Y-%m-%d %H:%M:%S} UTC"
+            f" in {batches} batches; forgot {forgotten} stale fleet rows and lag samples"
+        )

@@ -1,0 +1,292 @@
+"""``make run`` for real, from a fresh clone (issue 6, "Must show").
+
+The clone is of this repository's committed HEAD, so the test checks what a
+newcomer gets, not the working tree. (``MAKE_RUN_TEST_SOURCE=worktree`` copies
+the files git would commit instead, to try uncommitted changes.) It:
+
+1. runs ``make run`` in its own session (venv, install, migrate, demo, honcho);
+2. polls the REST API, with the token the demo printed, until the demo job
+   has 2 succeeded runs whose deliveries the demo receiver verified;
+3. sends SIGINT to the process group, as Ctrl-C does, and checks that every
+   process it started (honcho puts each Procfile entry in a session of its
+   own, so the whole tree is tracked) is gone, without honcho's SIGKILL;
+4. runs ``make run`` again: same owner, same password and token, one job,
+   deliveries continue; then Ctrl-C again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+pytestmark = [pytest.mark.postgres, pytest.mark.processes]
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = "http://127.0.0.1:8000"
+INSTALL_DEADLINE = 900  # a cold pip cache may download every dependency
+DELIVERY_DEADLINE = 180
+STOP_DEADLINE = 60
+
+
+def port_8000_is_free() -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", 8000))
+        except OSError:
+            return False
+    return True
+
+
+def fresh_machine_env() -> dict[str, str]:
+    """The environment of a newcomer's shell: none of this test run's settings."""
+    drop = {"DATABASE_URL", "DJANGO_SETTINGS_MODULE", "SECRET_KEY", "DEBUG", "VIRTUAL_ENV"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in drop and not k.startswith(("PUNCTUAL_", "PYTEST_", "PYTHON"))
+    }
+    venv_bin = str(Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin")
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
+    return env
+
+
+def process_table() -> dict[int, tuple[int, int, int, str]]:
+    """pid -> (ppid, pgid, sid, state), from /proc."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        # The command name is in parentheses and may contain spaces.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        table[int(entry)] = (int(fields[1]), int(fields[2]), int(fields[3]), fields[0])
+    return table
+
+
+class MakeRun:
+    """One ``make run`` in its own session, and every process it ever started."""
+
+    def __init__(self, clone: Path, log: Path) -> None:
+        self.clone = clone.resolve()
+        self.log = log
+        self.proc = subprocess.Popen(
+            ["make", "run"],
+            cwd=clone,
+            env=fresh_machine_env(),
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.pids: set[int] = {self.proc.pid}
+        self.groups: set[int] = {self.proc.pid}  # pgids and session ids
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def track(self) -> None:
+        """Record the current descendants (honcho's children use new sessions)."""
+        table = process_table()
+        frontier, seen = [self.proc.pid], {self.proc.pid}
+        while frontier:
+            parent = frontier.pop()
+            for pid, (ppid, pgid, sid, _) in table.items():
+                if ppid == parent and pid not in seen:
+                    seen.add(pid)
+                    self.pids.add(pid)
+                    self.groups.update((pgid, sid))
+                    frontier.append(pid)
+
+    def alive(self) -> list[int]:
+        """Live processes of this run: tracked, in a tracked group or session, or
+        working in the clone (that catches any that escaped the tracking)."""
+        return [
+            pid
+            for pid, (_, pgid, sid, state) in process_table().items()
+            if state != "Z"  # a zombie is dead; only its parent's wait() is missing
+            and (
+                pid in self.pids
+                or pgid in self.groups
+                or sid in self.groups
+                or self._works_in_clone(pid)
+            )
+        ]
+
+    def _works_in_clone(self, pid: int) -> bool:
+        try:
+            cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+        except OSError:
+            return False
+        return cwd == self.clone or self.clone in cwd.parents
+
+    def ctrl_c(self) -> None:
+        self.track()
+        os.killpg(self.proc.pid, signal.SIGINT)
+
+    def kill(self) -> None:
+        for pid in self.alive():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def poll(predicate, timeout: float, message: str, run: MakeRun):
+    deadline = time.monotonic() + timeout
+    while True:
+        run.track()
+        value = predicate()
+        if value:
+            return value
+        if run.proc.poll() is not None:
+            pytest.fail(f"make run exited ({run.proc.returncode}) while waiting for {message}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(0.5)
+
+
+def demo_banner(run: MakeRun) -> dict[str, str] | None:
+    text = run.output()
+    token = re.search(r"^API token: (\w+)$", text, re.M)
+    job = re.search(r"demo job\s+([0-9a-f-]{36})", text)
+    password = re.search(r"user admin  password (\S+)", text)
+    if not (token and job and password):
+        return None
+    return {"token": token[1], "job": job[1], "password": password[1], "text": text}
+
+
+def get_json(path: str, token: str | None = None) -> dict | None:
+    headers = {"Authorization": f"Token {token}"} if token else {}
+    try:
+        response = requests.get(f"{BASE}{path}", headers=headers, timeout=10)
+        return response.json() if response.status_code == 200 else None
+    except (requests.RequestException, ValueError):
+        return None  # the web app is still starting
+
+
+def verified_successes(job_id: str, token: str) -> set[str]:
+    """Runs the API reports succeeded whose delivery the receiver verified."""
+    runs = get_json(f"/api/v1/runs/?job={job_id}&state=succeeded&page_size=500", token)
+    received = get_json(f"/demo/receiver/{job_id}/?format=json")
+    if runs is None or received is None:
+        return set()
+    valid = {d["webhook_id"] for d in received["deliveries"] if d["signature_valid"]}
+    return {run["id"] for run in runs["results"]} & valid
+
+
+def query(clone: Path, sql: str, *params) -> list[tuple]:
+    db = sqlite3.connect(f"file:{clone / 'var' / 'punctual.sqlite3'}?mode=ro", uri=True)
+    try:
+        return db.execute(sql, params).fetchall()
+    finally:
+        db.close()
+
+
+def stop(run: MakeRun) -> None:
+    run.track()
+    # make's own group, plus one session per Procfile entry (web, dispatch, work).
+    assert len(run.groups) >= 4, f"the process tree was not seen: {run.groups}"
+    run.ctrl_c()
+    deadline = time.monotonic() + STOP_DEADLINE
+    while run.alive() or run.proc.poll() is None:
+        if time.monotonic() > deadline:
+            left = run.alive()
+            run.kill()
+            pytest.fail(f"processes left {STOP_DEADLINE}s after Ctrl-C: {left}\n{run.output()}")
+        time.sleep(0.2)
+    out = run.output()
+    assert "SIGKILL" not in out, "honcho had to force-kill a process"
+    # Each process ran its own shutdown and exited 0 (the Procfile execs them).
+    for name in ("web", "dispatch", "work"):
+        assert f"{name}.1 stopped (rc=0)" in out, out[-3000:]
+    assert "dispatcher stopped" in out
+    assert "worker stopped" in out
+    assert "Shutting down: Master" in out
+
+
+@pytest.fixture
+def clone(tmp_path) -> Path:
+    if not port_8000_is_free():
+        pytest.fail(
+            "127.0.0.1:8000 is in use: this test runs `make run`, which serves the demo there."
+            " Stop whatever listens on port 8000 (ss -ltnp 'sport = :8000') and run it again."
+        )
+    target = tmp_path / "punctual"
+    if os.environ.get("MAKE_RUN_TEST_SOURCE") != "worktree":
+        subprocess.run(["git", "clone", "--quiet", str(ROOT), str(target)], check=True, timeout=120)
+        return target
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+    return target
+
+
+def test_make_run_from_a_fresh_clone_delivers_signed_webhooks_and_stops_on_ctrl_c(clone, tmp_path):
+    runs = []
+    try:
+        first = MakeRun(clone, tmp_path / "make-run-1.log")
+        runs.append(first)
+        banner = poll(lambda: demo_banner(first), INSTALL_DEADLINE, "the demo banner", first)
+        job_id = banner["job"]
+        assert "Punctual demo created" in banner["text"]
+
+        token = banner["token"]
+        delivered = poll(
+            lambda: len(found := verified_successes(job_id, token)) >= 2 and found,
+            DELIVERY_DEADLINE,
+            "2 succeeded runs with valid signatures",
+            first,
+        )
+        health = requests.get(f"{BASE}/api/v1/health/", timeout=5)
+        assert health.status_code == 200, health.text
+        assert health.json()["dispatchers"] == 1 and health.json()["workers"] == 1
+        stop(first)
+        assert port_8000_is_free()
+
+        # Again: nothing reset, nothing duplicated, deliveries continue.
+        second = MakeRun(clone, tmp_path / "make-run-2.log")
+        runs.append(second)
+        again = poll(lambda: demo_banner(second), INSTALL_DEADLINE, "the second banner", second)
+        assert "Punctual demo already set up" in again["text"]
+        assert (again["job"], again["token"], again["password"]) == (
+            job_id,
+            banner["token"],
+            banner["password"],
+        )
+        before = len(delivered)
+        poll(
+            lambda: len(verified_successes(job_id, token)) > before,
+            DELIVERY_DEADLINE,
+            "a delivery after the restart",
+            second,
+        )
+        assert query(clone, "SELECT count(*) FROM auth_user") == [(1,)]
+        assert query(clone, "SELECT count(*) FROM jobs_job") == [(1,)]
+        assert query(clone, "SELECT count(*) FROM authtoken_token") == [(1,)]
+        stop(second)
+    finally:
+        for run in runs:
+            if run.proc.poll() is None or run.alive():
+                print(run.output()[-5000:])
+                run.kill()
