@@ -56,6 +56,19 @@ BEAT_EVERY = 2.0
 MAX_CLAIM = 200
 
 
+def _not_attempted(outcome: Outcome, error: str) -> webhooks.DeliveryResult:
+    """The result of an attempt that never reached the network."""
+    return webhooks.DeliveryResult(
+        outcome=outcome,
+        status_code=None,
+        error=error,
+        excerpt="",
+        duration_ms=0,
+        retry_after=None,
+        gone=False,
+    )
+
+
 def decide(
     claimed: leases.Claimed,
     result: webhooks.DeliveryResult,
@@ -176,15 +189,7 @@ class Worker:
                 secrets = self._signing_secrets(c, now)
             except crypto.SecretUnavailable as exc:
                 # Fail closed: never send a webhook unsigned.
-                result = webhooks.DeliveryResult(
-                    outcome=Outcome.PERMANENT,
-                    status_code=None,
-                    error=str(exc),
-                    excerpt="",
-                    duration_ms=0,
-                    retry_after=None,
-                    gone=False,
-                )
+                result = _not_attempted(Outcome.PERMANENT, str(exc))
             else:
                 delivery = webhooks.Delivery(
                     run_id=str(c.run_id),
@@ -212,15 +217,7 @@ class Worker:
             # A bug or a malformed row must not leave the run held until its
             # deadline: report the attempt as failed, so it is retried.
             log.exception("delivery crashed", extra=extra)
-            crashed = webhooks.DeliveryResult(
-                outcome=Outcome.RETRYABLE,
-                status_code=None,
-                error=f"internal error: {type(exc).__name__}",
-                excerpt="",
-                duration_ms=0,
-                retry_after=None,
-                gone=False,
-            )
+            crashed = _not_attempted(Outcome.RETRYABLE, f"internal error: {type(exc).__name__}")
             self.results.append(
                 decide(c, crashed, started_at=c.attempt_started_at, now=now, rng=self.rng)
             )

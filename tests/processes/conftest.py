@@ -9,26 +9,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import requests
 from django.db import connection
 
+from tests.polling import wait_until  # noqa: F401  (re-exported)
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1, message: str = ""):
-    """Poll ``predicate`` until it returns something truthy; fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {message or predicate}")
-        time.sleep(interval)
 
 
 def process_env(**extra: str) -> dict[str, str]:

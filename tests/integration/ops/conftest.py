@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -13,6 +12,7 @@ from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 
 from dispatch.worker import Worker
+from tests.polling import wait_until  # noqa: F401  (re-exported)
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -60,18 +60,6 @@ def database_down() -> Callable[[], contextlib.AbstractContextManager[None]]:
             connection.settings_dict["NAME"] = saved
 
     return down
-
-
-def wait_until(predicate: Callable[[], object], timeout: float = 30.0, message: str = ""):
-    """Poll ``predicate`` until it returns something truthy; fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {message or predicate}")
-        time.sleep(0.05)
 
 
 @pytest.fixture
