@@ -74,6 +74,14 @@ def test_outage_past_grace_follows_each_misfire_policy_exactly(owner, processes,
     ).created_at
     assert processes.stop(dispatcher) == 0
     drain(jobs, timeout=60)
+    # The receiver flushes its log every 0.1 s: wait until every delivery the
+    # database says succeeded is in it before counting them.
+    delivered = Run.objects.filter(job__in=jobs, state="succeeded").count()
+    wait_until(
+        lambda: len({e["webhook_id"] for e in receiver.entries()}) >= delivered,
+        timeout=30,
+        message="the receiver's log to hold every delivery",
+    )
 
     catch_up_deliveries = Counter(
         job_id
