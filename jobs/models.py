@@ -160,12 +160,13 @@ class Job(models.Model):
         if self._state.adding:
             if not self.secret_encrypted:
                 self.set_secret(crypto.generate_secret())
+            now = db_now()  # one read of the database clock for both
             if self.created_at is None:
                 # The interval anchor is the creation time: take it from the
                 # database clock so next_fire_at can be computed before insert.
-                self.created_at = db_now()
+                self.created_at = now
             if self.state == JobState.ACTIVE and self.next_fire_at is None:
-                self.next_fire_at = self.compute_next_fire(db_now())
+                self.next_fire_at = self.compute_next_fire(now)
         else:
             self.version += 1
         super().save(*args, **kwargs)

@@ -162,28 +162,9 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
         ("Timing", {"fields": ["created_at", "started_at", "finished_at", "lag", "duration"]}),
         ("Result", {"fields": ["last_status_code", "last_error"]}),
     ]
-    readonly_fields = (
-        "job_link",
-        "scheduled_at",
-        "kind",
-        "state_column",
-        "reason",
-        "id",
-        "attempt_column",
-        "lease_owner",
-        "lease",
-        "lease_until",
-        "deadline_at",
-        "attempt_started_at",
-        "available_at",
-        "created_at",
-        "started_at",
-        "finished_at",
-        "lag",
-        "duration",
-        "last_status_code",
-        "last_error",
-    )
+    # A run is written by the dispatcher and the workers, never by a form:
+    # every field shown is read-only.
+    readonly_fields = tuple(f for _, options in fieldsets for f in options["fields"])
 
     def get_queryset(self, request):
         # The job's bulky columns are never shown here.
