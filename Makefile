@@ -5,10 +5,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PG_URL ?= postgres://postgres@127.0.0.1:5432/punctual
 PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: help install run test test-sqlite test-postgres test-faults lint fmt postgres browser faketime
+.PHONY: help install run db db-stop test test-fast test-faults lint types fmt browser faketime
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -23,21 +22,33 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed ## create the virtualenv and install Punctual with its dev tools
 
-# The demo always uses the embedded SQLite db in var/ (an exported DATABASE_URL
-# is ignored), with DEBUG on and private targets allowed so the worker may call
-# the built-in receiver on 127.0.0.1. Nothing else runs this way.
-DEMO_ENV := env -u DATABASE_URL DEBUG=true PUNCTUAL_ALLOW_PRIVATE_TARGETS=true
+# The demo runs with DEBUG on and private targets allowed, so the worker may call
+# the built-in receiver on 127.0.0.1. Without DATABASE_URL it uses the embedded
+# PostgreSQL in var/pg/ (started here, stopped when honcho exits); with
+# DATABASE_URL it uses that server and starts nothing. Nothing else runs this way.
+DEMO_ENV := env DEBUG=true PUNCTUAL_ALLOW_PRIVATE_TARGETS=true PUNCTUAL_DEMO=true
+PGDATA_DIR := var/pg
+LOCALDB := $(BIN)/python -m scheduler_site.localdb
 PORT_FREE := import socket; s = socket.socket(); \
 	s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", 8000))
 
-run: install ## migrate the embedded SQLite db, create the demo, start web + dispatcher + worker (Ctrl-C stops)
+run: install ## start the embedded PostgreSQL, migrate, create the demo, start web + dispatcher + worker (Ctrl-C stops all)
 	@mkdir -p var
 	@$(BIN)/python -c '$(PORT_FREE)' 2>/dev/null || { \
 	  echo "make run: 127.0.0.1:8000 is in use; stop what listens there (ss -ltnp 'sport = :8000')."; \
 	  exit 1; }
-	$(DEMO_ENV) $(BIN)/python manage.py migrate --no-input -v 0
-	$(DEMO_ENV) $(BIN)/python manage.py demo
-	exec $(DEMO_ENV) $(BIN)/honcho start -f Procfile
+	@if [ -z "$$DATABASE_URL" ]; then trap '$(LOCALDB) stop $(PGDATA_DIR)' EXIT; \
+	  $(LOCALDB) start $(PGDATA_DIR) || exit 1; fi; \
+	$(DEMO_ENV) $(BIN)/python manage.py migrate --no-input -v 0 && \
+	$(DEMO_ENV) $(BIN)/python manage.py demo && \
+	$(DEMO_ENV) $(BIN)/honcho start -f Procfile
+
+db: install ## start the embedded PostgreSQL in var/pg/ and leave it running (`make db-stop` stops it)
+	@mkdir -p var
+	$(LOCALDB) start $(PGDATA_DIR)
+
+db-stop: install ## stop the embedded PostgreSQL in var/pg/
+	$(LOCALDB) stop $(PGDATA_DIR)
 
 lint: install ## ruff lint and format check
 	$(BIN)/ruff check .
@@ -47,29 +58,23 @@ fmt: install ## ruff format and autofix
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-postgres: ## make sure PostgreSQL answers on 127.0.0.1:5432 (starts the local cluster if down)
-	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start || true
-	@for i in $$(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && exit 0; sleep 1; done; \
-	  echo "PostgreSQL is not reachable on 127.0.0.1:5432"; \
-	  if [ "$$CI" = "true" ]; then exit 1; fi
+# One pass on PostgreSQL: the server in DATABASE_URL, or else a private embedded
+# server that the test session starts and removes. Under CI=true the browser and
+# libfaketime are installed first and their tests are mandatory; elsewhere those
+# tests skip, and pytest's summary (-rs) names what was skipped and why.
+PYTEST := $(BIN)/python -m pytest
+types: install ## mypy with django-stubs over the product code
+	SECRET_KEY=typecheck $(BIN)/mypy
 
-test: lint browser faketime ## the whole suite: lint, migrations check, pytest on SQLite, then on PostgreSQL
-	SECRET_KEY=check $(BIN)/python manage.py makemigrations --check --dry-run
-	$(MAKE) --no-print-directory test-sqlite
-	$(MAKE) --no-print-directory test-postgres
+test: lint types ## the whole suite: lint, types, then pytest on PostgreSQL (migrations check included)
+	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory browser faketime; fi
+	$(PYTEST) -q -rs tests
 
-test-sqlite: install ## unit, integration and browser tests on the embedded SQLite database
-	$(BIN)/pytest -q tests/unit tests/integration tests/browser
+test-fast: install ## unit and integration tests only (no OS processes, no browser)
+	$(PYTEST) -q -rs tests/unit tests/integration
 
-# The PostgreSQL pass ends with the fault suite's PostgreSQL restart (it sorts
-# itself last), so nothing else should use the server while it runs.
-test-postgres: install postgres ## integration and process tests on PostgreSQL (mandatory under CI=true)
-	@if pg_isready -q -h 127.0.0.1 -p 5432; then \
-	  DATABASE_URL=$(PG_URL) $(BIN)/pytest -q tests/integration tests/processes; \
-	else echo "SKIPPED: PostgreSQL tests (no server; mandatory when CI=true)"; fi
-
-test-faults: install postgres faketime ## the fault suite alone: real processes, SIGKILL, a PostgreSQL restart
-	DATABASE_URL=$(PG_URL) $(BIN)/pytest -q tests/processes/faults
+test-faults: install ## the fault suite alone: real processes, SIGKILL, a PostgreSQL restart
+	$(PYTEST) -q -rs tests/processes/faults
 
 browser: ## install Debian's chromium and chromium-driver for the browser tests, if missing
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \

@@ -5,11 +5,13 @@ See the configuration table in README.md. Settings hold wiring only: no logic.
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
+from urllib.parse import unquote
 
 import environ
+
+from scheduler_site import localdb
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -99,33 +101,21 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "scheduler_site.wsgi.application"
 
-DATABASES = {
-    "default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'var' / 'punctual.sqlite3'}")
-}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # The embedded database is shared by the web app, a dispatcher and a worker.
-    # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock
-    # at BEGIN, so two writers queue on the busy timeout instead of failing with
-    # "database is locked" halfway through a transaction.
-    DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {
-            "transaction_mode": "IMMEDIATE",
-            "timeout": 30,
-            "init_command": (
-                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;"
-            ),
-        }
+# PostgreSQL is the only engine. Without DATABASE_URL, Punctual uses the
+# embedded server in var/pg/ (scheduler_site/localdb.py; `make run` starts it).
+DATABASE_URL = env.str("DATABASE_URL", default="") or localdb.database_url(BASE_DIR / "var" / "pg")
+DATABASES = {"default": env.db_url_config(DATABASE_URL)}
+if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    raise environ.ImproperlyConfigured(
+        "DATABASE_URL must name a PostgreSQL server (postgres://...): Punctual relies on"
+        " row locks, partial unique indexes and the database clock that only PostgreSQL has"
     )
-    # A file (not :memory:) so WAL and several connections behave as in
-    # production; one per test process so parallel runs do not collide.
-    DATABASES["default"].setdefault("TEST", {}).setdefault(
-        "NAME", str(BASE_DIR / "var" / f"test_punctual_{os.getpid()}.sqlite3")
-    )
-else:
-    # Web processes keep their connection between requests; the loops hold one
-    # persistent connection of their own.
-    DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# A Unix socket directory as the host comes percent-encoded ("%2Fpath%2Fto%2Fdir").
+DATABASES["default"]["HOST"] = unquote(DATABASES["default"]["HOST"])
+# Web processes keep their connection between requests; the loops hold one
+# persistent connection of their own.
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -1,11 +1,29 @@
-"""Settings for pytest: the real settings, with a fixed test SECRET_KEY.
+"""Settings for pytest: the real settings, with a fixed test SECRET_KEY and the
+test session's own database.
+
+Without ``DATABASE_URL``, the first process of a test session (the only one, or
+xdist's controller) starts a private embedded PostgreSQL in a temporary
+directory, with durability off, and exports its ``DATABASE_URL``; xdist workers
+and the processes that tests start inherit it. ``tests/conftest.py`` stops and
+removes that server when the session ends. pytest-django creates one test
+database per xdist worker on it.
 
 Processes that tests start (manage.py dispatch/work, gunicorn) use the real
 settings module and get their environment from the test."""
 
 import os
+import tempfile
+from pathlib import Path
 
 os.environ.setdefault("SECRET_KEY", "punctual-test-key")
+
+if not os.environ.get("DATABASE_URL"):
+    from scheduler_site import localdb
+
+    _data_dir = Path(tempfile.mkdtemp(prefix="punctual-test-pg-"))
+    os.environ["DATABASE_URL"] = localdb.start(_data_dir, settings=localdb.TEST_SETTINGS)
+    os.environ["PUNCTUAL_TEST_PGDATA"] = str(_data_dir)
+    os.environ["PUNCTUAL_TEST_PG_OWNER"] = str(os.getpid())
 
 from scheduler_site.settings import *  # noqa: E402,F403
 

@@ -1,26 +1,33 @@
-"""Shared fixtures. Tests run twice in ``make test``: on SQLite, then on
-PostgreSQL (``DATABASE_URL=postgres://...``). Tests marked ``postgres`` need
-real row locks or real processes sharing a server, and run only in the second
-pass; under ``CI=true`` that pass is mandatory (see the Makefile)."""
+"""Shared fixtures. Every test runs on PostgreSQL: the server named by
+``DATABASE_URL``, or a private embedded one that the test session starts
+(scheduler_site/settings_test.py) and stops (``pytest_unconfigure`` below)."""
 
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("PUNCTUAL_ALLOW_PRIVATE_TARGETS", "false")
 
 
-def pytest_collection_modifyitems(config, items):
-    from django.db import connection
+def pytest_report_header(config):
+    data_dir = os.environ.get("PUNCTUAL_TEST_PGDATA")
+    if data_dir:
+        return f"database: embedded PostgreSQL in {data_dir} (started for this session)"
+    return "database: DATABASE_URL"
 
-    if connection.vendor == "postgresql":
-        return
-    skip = pytest.mark.skip(reason="needs PostgreSQL: runs in the PostgreSQL pass of make test")
-    for item in items:
-        if "postgres" in item.keywords:
-            item.add_marker(skip)
+
+def pytest_unconfigure(config):
+    if os.environ.get("PUNCTUAL_TEST_PG_OWNER") != str(os.getpid()):
+        return  # an xdist worker, or a server this session did not start
+    from scheduler_site import localdb
+
+    data_dir = Path(os.environ["PUNCTUAL_TEST_PGDATA"])
+    localdb.stop(data_dir, mode="immediate")
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture

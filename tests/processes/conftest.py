@@ -13,21 +13,17 @@ from pathlib import Path
 
 import pytest
 import requests
-from django.db import connection
 
+from tests.database import subprocess_database_url
 from tests.polling import wait_until  # noqa: F401  (re-exported)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def process_env(**extra: str) -> dict[str, str]:
-    s = connection.settings_dict
     env = dict(os.environ)
     env.update(
-        DATABASE_URL=(
-            f"postgres://{s['USER'] or 'postgres'}@{s['HOST'] or '127.0.0.1'}:"
-            f"{s['PORT'] or 5432}/{s['NAME']}"
-        ),
+        DATABASE_URL=subprocess_database_url(),
         SECRET_KEY=os.environ.get("SECRET_KEY", "punctual-test-key"),
         PUNCTUAL_ALLOW_PRIVATE_TARGETS="true",
         PYTHONUNBUFFERED="1",

@@ -4,12 +4,14 @@ The clone is of this repository's committed HEAD, so the test checks what a
 newcomer gets, not the working tree. (``MAKE_RUN_TEST_SOURCE=worktree`` copies
 the files git would commit instead, to try uncommitted changes.) It:
 
-1. runs ``make run`` in its own session (venv, install, migrate, demo, honcho);
+1. runs ``make run`` in its own session (venv, install, the embedded
+   PostgreSQL in var/pg/, migrate, demo, honcho);
 2. polls the REST API, with the token the demo printed, until the demo job
    has 2 succeeded runs whose deliveries the demo receiver verified;
 3. sends SIGINT to the process group, as Ctrl-C does, and checks that every
    process it started (honcho puts each Procfile entry in a session of its
-   own, so the whole tree is tracked) is gone, without honcho's SIGKILL;
+   own, so the whole tree is tracked) is gone, without honcho's SIGKILL, and
+   that the embedded PostgreSQL has stopped;
 4. runs ``make run`` again: same owner, same password and token, one job,
    deliveries continue; then Ctrl-C again.
 """
@@ -21,15 +23,17 @@ import re
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 import requests
 
-pytestmark = [pytest.mark.postgres, pytest.mark.processes]
+from scheduler_site import localdb
+
+pytestmark = [pytest.mark.processes]
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "http://127.0.0.1:8000"
@@ -188,11 +192,9 @@ def verified_successes(job_id: str, token: str) -> set[str]:
 
 
 def query(clone: Path, sql: str, *params) -> list[tuple]:
-    db = sqlite3.connect(f"file:{clone / 'var' / 'punctual.sqlite3'}?mode=ro", uri=True)
-    try:
+    """``sql`` on the clone's embedded PostgreSQL (var/pg/), while it runs."""
+    with psycopg.connect(localdb.database_url(clone / "var" / "pg")) as db:
         return db.execute(sql, params).fetchall()
-    finally:
-        db.close()
 
 
 def stop(run: MakeRun) -> None:
@@ -215,6 +217,9 @@ def stop(run: MakeRun) -> None:
     assert "dispatcher stopped" in out
     assert "worker stopped" in out
     assert "Shutting down: Master" in out
+    # The embedded PostgreSQL stopped cleanly too (its processes work in the
+    # clone, so alive() above waited for them): no pid file is left behind.
+    assert not (run.clone / "var" / "pg" / "postmaster.pid").exists()
 
 
 @pytest.fixture

@@ -13,16 +13,15 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.parse
 from pathlib import Path
 
 import pytest
 import requests
 from django.conf import settings
-from django.db import connection
 from rest_framework.authtoken.models import Token
 
 from runs.models import Attempt, Run
+from tests.database import subprocess_database_url
 from tests.factories import make_job
 
 pytestmark = [pytest.mark.postgres, pytest.mark.processes]
@@ -36,14 +35,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def subprocess_database_url() -> str:
-    db = connection.settings_dict
-    user = urllib.parse.quote(db["USER"] or "", safe="")
-    password = urllib.parse.quote(db["PASSWORD"] or "", safe="")
-    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-    return f"postgres://{auth}{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import requests
 
 from dispatch import webhooks
 from jobs import crypto
+from tests.database import subprocess_database_url
 
 ROOT = Path(__file__).resolve().parents[3]
 README = (ROOT / "README.md").read_text()
@@ -54,10 +55,11 @@ def signed(secret: str, run_id: str, attempt: int) -> tuple[dict[str, str], byte
     )
 
 
-def test_the_readme_receiver_verifies_and_applies_each_fire_once(tmp_path):
+def test_the_readme_receiver_verifies_and_applies_each_fire_once(tmp_path, transactional_db):
     (tmp_path / "receiver.py").write_text(receiver_example())
     secret, port = crypto.generate_secret(), free_port()
     env = dict(os.environ, PUNCTUAL_SECRET=secret, PORT=str(port), PYTHONUNBUFFERED="1")
+    env["RECEIVER_DATABASE_URL"] = subprocess_database_url()  # the receiver's table goes there
     log = (tmp_path / "receiver.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "receiver.py"], cwd=tmp_path, env=env, stdout=log, stderr=log

@@ -2,16 +2,15 @@
 and real faults. Every scenario ends with the fire auditor (runs/audit.py)
 clean, over the scenario's whole window and with the receiver's log.
 
-The PostgreSQL restart scenario restarts the shared server, so it is moved to
-the very end of the session (``pytest_collection_modifyitems`` below) and
-leaves the server up.
+The PostgreSQL restart scenario restarts the session's private embedded
+server, so it is moved to the very end of the session
+(``pytest_collection_modifyitems`` below) and leaves the server up.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
-import shutil
 import signal
 from pathlib import Path
 
@@ -35,7 +34,7 @@ LAST = "test_zz_postgres_restart.py"
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     """Run the PostgreSQL restart last in the whole session: it breaks every
-    open connection to the shared server, including other tests' fixtures."""
+    open connection to the session's server, including other tests' fixtures."""
     last = [item for item in items if item.path.name == LAST]
     if last:
         items[:] = [item for item in items if item.path.name != LAST] + last
@@ -135,12 +134,17 @@ def since(db):
 
 
 @pytest.fixture
-def pg_ctl():
-    """The command that restarts the local cluster, or skip."""
-    if shutil.which("pg_ctlcluster") is None or not os.path.isdir("/etc/postgresql"):
-        message = "no local PostgreSQL cluster to restart (pg_ctlcluster)"
+def private_server() -> Path:
+    """The data directory of the session's own embedded PostgreSQL, which a
+    scenario may stop and start; or skip, when DATABASE_URL names a server this
+    session does not own (a shared server is never restarted)."""
+    data_dir = os.environ.get("PUNCTUAL_TEST_PGDATA")
+    if not data_dir:
+        message = (
+            "DATABASE_URL names a server this session does not own; the restart scenario"
+            " restarts only the session's private embedded PostgreSQL (unset DATABASE_URL)"
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    [version] = os.listdir("/etc/postgresql")
-    return ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main"]
+    return Path(data_dir)

@@ -1,25 +1,27 @@
 """A PostgreSQL restart while runs are in flight (PRODUCT.md §1.1, §1.3).
 
 Two dispatchers and two workers are busy (fast deliveries and one-second ones
-in flight) when the local cluster is restarted with ``pg_ctlcluster``, which
-drops every connection; then it is stopped for longer than the workers'
-leases and started again, so that leases expire during the outage and
+in flight) when the session's embedded PostgreSQL is stopped at once (as in a
+crash), which drops every connection, and started again; then it is stopped
+for longer than the workers' leases and started again, so that leases expire during the outage and
 finished deliveries cannot be written. Each process must notice, reconnect by
 itself and carry on: no process exits, no run stays stuck, no fire is doubled.
 
-This test restarts the server every other test uses too, so the faults
-conftest moves it to the very end of the session; it leaves the server up.
+This test restarts the server every other test of the session uses too, so
+the faults conftest moves it to the very end of the session; it leaves the
+server up. It never restarts a server named by DATABASE_URL.
 """
 
 from __future__ import annotations
 
-import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from django.db import OperationalError, connection, connections
 
 from runs.models import Run
+from scheduler_site import localdb
 from scheduler_site.db import db_now
 from tests.factories import make_job
 from tests.processes.conftest import wait_until
@@ -41,26 +43,20 @@ def database_answers() -> bool:
         return False
 
 
-def restart(pg_ctl: list[str], down_for: float = 0.0) -> None:
-    """Restart the cluster, staying down ``down_for`` seconds; this test
-    process's own connection dies with it."""
+def restart(data_dir: Path, down_for: float = 0.0) -> None:
+    """Stop the session's server at once (as a crash would), stay down
+    ``down_for`` seconds, and start it again; this test process's own
+    connection dies with it."""
     try:
-        if down_for:
-            subprocess.run([*pg_ctl, "stop"], check=True, timeout=120, capture_output=True)
-            until = time.monotonic() + down_for
-            wait_until(lambda: time.monotonic() >= until, message="the outage to last")
-            subprocess.run([*pg_ctl, "start"], check=True, timeout=120, capture_output=True)
-        else:
-            subprocess.run([*pg_ctl, "restart"], check=True, timeout=120, capture_output=True)
+        localdb.restart(data_dir, down_for=down_for, settings=localdb.TEST_SETTINGS)
     finally:
-        if subprocess.run([*pg_ctl, "status"], capture_output=True).returncode != 0:
-            subprocess.run([*pg_ctl, "start"], timeout=120, capture_output=True)
+        localdb.start(data_dir, settings=localdb.TEST_SETTINGS)  # no-op when it runs
         connections.close_all()
         wait_until(database_answers, timeout=60, interval=0.2, message="PostgreSQL to answer")
 
 
 def test_processes_reconnect_after_a_postgres_restart_and_nothing_is_lost_or_doubled(
-    pg_ctl, owner, processes, receiver, since
+    private_server, owner, processes, receiver, since
 ):
     common = dict(interval_seconds=1, overlap_policy="allow", max_attempts=5)
     common.update(retry_backoff_seconds=1, timeout_seconds=10)
@@ -81,7 +77,7 @@ def test_processes_reconnect_after_a_postgres_restart_and_nothing_is_lost_or_dou
 
     for down_for in (0, LEASE + 2):
         t0 = time.monotonic()
-        restart(pg_ctl, down_for)
+        restart(private_server, down_for)
         print(f"PostgreSQL {down_for=} s: answering again after {time.monotonic() - t0:.1f} s")
         back = db_now()
         # Every process reconnects by itself: fresh fires are made and delivered.

