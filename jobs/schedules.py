@@ -6,22 +6,47 @@ procrastinate's ``get_next_tick(at=...)`` is. That keeps the dispatcher's notion
 of "now" in one place (the database clock) and makes every rule here testable
 with a table of dates.
 
-croniter is used only here. It is wrapped rather than exposed because its
-daylight-saving behaviour is not the one Punctual promises (PRODUCT.md §3,
-cronie's rules):
+The contract
+------------
 
-* a local time that does not exist (spring forward) fires once, at the first
-  instant after the gap;
-* a local time that happens twice (fall back) fires once, at its first
-  occurrence.
+A cron is read in the job's time zone; every fire is a UTC instant, fires
+strictly increase, and no two fires share an instant. Daylight-saving changes
+follow cronie (the cron of most Linux distributions), which treats two kinds of
+job differently:
 
-croniter 7, handed an aware datetime, fires a repeated hour twice: "0 * * * *"
-in New York fires at 01:00 EDT *and* 01:00 EST, "30 1 * * *" at both 01:30s.
-Its gap handling happens to agree with ours for zoneinfo, but it is a different
-code path for pytz and has changed between releases. So we never give croniter
-a time zone: it iterates naive *wall-clock* times in the job's zone, and
-:func:`_wall_to_utc` maps each wall time to one UTC instant by the rules above.
-Everything after that mapping is UTC arithmetic.
+* A *fixed-time* job, whose minute and hour fields both start with something
+  other than ``*`` (``30 2 * * *``, ``0 9-17 * * 1-5``):
+
+  - a local time that does not exist (spring forward) fires once, at the first
+    instant after the gap;
+  - a local time that happens twice (fall back) fires once, at its first
+    occurrence.
+
+* A *wall-clock* job, whose minute or hour field starts with ``*``
+  (``* * * * *``, ``0 * * * *``, ``@hourly``, ``0 */2 * * *``, ``* 3 * * *``),
+  fires at every real occurrence of a matching local time. An hourly job fires
+  twice in a repeated hour and is never silent; a matching time inside a gap
+  does not exist, so nothing fires for it, neither there nor shifted.
+
+Day-of-month and day-of-week: when both are restricted, a day matches if
+EITHER matches ("0 0 13 * 5" is every 13th and every Friday). A field that
+starts with ``*``, ``*/2`` included, counts as unrestricted, as in cronie, and
+then a day must match both: "0 0 */2 * 1" is the odd-numbered days that are
+Mondays.
+
+croniter
+--------
+
+croniter is used only here, and wrapped, because its daylight-saving behaviour
+is not the one above. Handed an aware datetime, croniter 7 fires a repeated
+hour twice even for a fixed-time job ("30 1 * * *" in New York at both
+01:30s), and its gap handling differs between zoneinfo and pytz and has changed
+between releases. So we never give croniter a time zone: it iterates naive
+*wall-clock* times in the job's zone, and this module decides which UTC
+instants they stand for (:meth:`Schedule._iter_fixed_time`,
+:meth:`Schedule._iter_wall_clock`). croniter is always built with
+``implement_cron_bug=True``, which is its name for cronie's day-field rule.
+Everything after the mapping to UTC is UTC arithmetic.
 """
 
 from __future__ import annotations
@@ -80,6 +105,11 @@ _SEARCH_YEARS = 50
 _RISK_REFERENCE = datetime(2026, 1, 1, tzinfo=UTC)
 
 _ONE_US = timedelta(microseconds=1)
+
+# How often _offset_change() samples a zone's UTC offset. It relies on no zone
+# changing its offset twice within one step: in the tz database the closest two
+# changes since 1900 are about four days apart (more than a week since 1970).
+_OFFSET_SAMPLE = timedelta(days=1)
 
 # Names croniter understands in a field. Anything else alphabetic is refused,
 # notably "H" (hashed, needs a per-job seed we do not pass) and "R" (random:
@@ -181,10 +211,10 @@ def _cron_error(normalised: str) -> str | None:
             "day-of-week, need the other day field to be '*'."
         )
     try:
-        it = croniter(
+        it = _croniter(
             _croniter_expr(normalised),
             _VALIDATION_REFERENCE - timedelta(minutes=1),
-            max_years_between_matches=_VALIDATION_YEARS,
+            _VALIDATION_YEARS,
         )
     except (CroniterError, ValueError, TypeError, KeyError, IndexError) as exc:
         return f"Not a valid cron expression: {normalised!r} ({exc})."
@@ -220,6 +250,26 @@ def _croniter_expr(cron: str) -> str:
                 items[pos] = m.group(1)
         fields[index] = ",".join(items)
     return " ".join(fields)
+
+
+def _croniter(expr: str, start: datetime, years: int) -> croniter:
+    """croniter over naive wall times after ``start``, with cronie's day rule.
+
+    croniter's default ORs the two day fields whenever both list days, so
+    "0 0 */2 * 1" would fire on every odd day and every Monday. cronie ORs only
+    when neither field starts with ``*``, and otherwise requires both; croniter
+    does that with ``implement_cron_bug=True`` (named after Vixie cron, whose
+    behaviour cronie kept).
+    """
+    return croniter(expr, start, max_years_between_matches=years, implement_cron_bug=True)
+
+
+def _is_wall_clock(expr: str) -> bool:
+    """Whether a 5-field expression runs by the wall clock: its minute or hour
+    field starts with ``*``. cronie's MIN_STAR / HR_STAR test, character for
+    character, so "*/15 2 * * *" counts and "0-59 * * * *" does not."""
+    minute, hour = expr.split(" ", 2)[:2]
+    return minute.startswith("*") or hour.startswith("*")
 
 
 def _field_number(index: int, token: str) -> int | None:
@@ -277,7 +327,8 @@ def _aware(name: str, value: datetime) -> datetime:
 
 
 def _wall_to_utc(wall: datetime, zone: zoneinfo.ZoneInfo) -> datetime:
-    """Map a naive wall-clock time in ``zone`` to the one UTC instant it fires at.
+    """Map a naive wall-clock time in ``zone`` to the one UTC instant a
+    fixed-time job fires at for it.
 
     zoneinfo gives every wall time two readings (PEP 495): ``fold=0`` uses the
     offset in force before a transition, ``fold=1`` the one after.
@@ -312,6 +363,36 @@ def _transition_instant(zone: zoneinfo.ZoneInfo, lo: datetime, hi: datetime) -> 
         else:
             hi = mid
     return hi
+
+
+def _offset(zone: zoneinfo.ZoneInfo, instant: datetime) -> timedelta:
+    offset = instant.astimezone(zone).utcoffset()
+    assert offset is not None
+    return offset
+
+
+def _offset_change(
+    zone: zoneinfo.ZoneInfo, lo: datetime, hi: datetime, offset: timedelta
+) -> datetime | None:
+    """The first instant in (lo, hi] whose UTC offset is not ``offset``, or None.
+
+    The instants just after ``lo`` must read ``offset``. One reading when hi is
+    within a day of lo (an hourly job between two fires), then one a day: see
+    :data:`_OFFSET_SAMPLE`. A change is pinned to the microsecond by bisection.
+    """
+    t = lo
+    while t < hi:
+        nxt = min(t + _OFFSET_SAMPLE, hi)
+        if _offset(zone, nxt) != offset:
+            while nxt - t > _ONE_US:
+                mid = t + (nxt - t) // 2
+                if _offset(zone, mid) == offset:
+                    t = mid
+                else:
+                    nxt = mid
+            return nxt
+        t = nxt
+    return None
 
 
 def _transitions(
@@ -460,7 +541,14 @@ class Schedule:
             return
 
     def _iter_cron(self, floor: datetime) -> Iterator[datetime]:
-        """Cron fires strictly after ``floor``, by cronie's daylight-saving rules.
+        """Cron fires strictly after ``floor``, by cronie's daylight-saving rules."""
+        expr = _croniter_expr(self.cron or "")
+        if _is_wall_clock(expr):
+            return self._iter_wall_clock(expr, floor)
+        return self._iter_fixed_time(expr, floor)
+
+    def _iter_fixed_time(self, expr: str, floor: datetime) -> Iterator[datetime]:
+        """Fires of a fixed-time cron strictly after ``floor``.
 
         1. Convert ``floor`` to a naive wall time in the job's zone, truncated to
            the minute (fires are whole minutes, so nothing is lost, and croniter
@@ -483,9 +571,7 @@ class Schedule:
             wall = floor.astimezone(zone).replace(tzinfo=None, second=0, microsecond=0)
         except OverflowError:
             return  # at the very edge of the datetime range: no fires to give
-        it = croniter(
-            _croniter_expr(self.cron or ""), wall, max_years_between_matches=_SEARCH_YEARS
-        )
+        it = _croniter(expr, wall, _SEARCH_YEARS)
         last = floor
         while True:
             try:
@@ -496,6 +582,48 @@ class Schedule:
             if fire > last:
                 last = fire
                 yield fire
+
+    def _iter_wall_clock(self, expr: str, floor: datetime) -> Iterator[datetime]:
+        """Fires of a wall-clock cron strictly after ``floor``: every instant
+        whose local time matches.
+
+        Between two offset changes, instant and wall time move in step (wall =
+        instant + offset), so the fires there are croniter's wall times minus
+        the offset. The iteration walks those stretches in order:
+
+        1. Take the offset in force just after ``cur`` (at first ``floor``).
+        2. Let croniter iterate naive wall times after ``cur`` + offset; each
+           one, minus the offset, is a candidate instant.
+        3. If the zone changes offset between ``cur`` and the candidate (at
+           instant T), the candidate was read with the wrong offset: drop it
+           and go back to 1 from just before T, with the new offset.
+           Otherwise yield it, and it becomes ``cur``.
+
+        So a repeated wall time is produced once by each offset that reads it,
+        both occurrences firing in UTC order, and a wall time inside a gap is
+        read by no offset and never fires. The common case, no change between
+        two fires, costs one offset lookup per fire on top of croniter's.
+        """
+        zone = self._zone
+        cur = floor
+        while True:
+            try:
+                offset = _offset(zone, cur + _ONE_US)
+                wall = (cur + offset).replace(tzinfo=None, second=0, microsecond=0)
+            except OverflowError:
+                return  # at the very edge of the datetime range: no fires to give
+            it = _croniter(expr, wall, _SEARCH_YEARS)
+            while True:
+                try:
+                    fire = it.get_next(datetime).replace(tzinfo=UTC) - offset
+                    change = _offset_change(zone, cur, fire, offset)
+                except (CroniterBadDateError, OverflowError, ValueError):
+                    return  # nothing within the horizon, or past year 9999
+                if change is not None:
+                    cur = change - _ONE_US
+                    break
+                yield fire
+                cur = fire
 
 
 def _ceil_steps(anchor: datetime, t: datetime, step: timedelta) -> int:
@@ -547,13 +675,16 @@ def dst_transition_near(
 def cron_risks(cron: str, timezone: str, *, now: datetime | None = None) -> list[str]:
     """Short user-facing warnings about a cron that may not do what it says.
 
-    * Day-of-month and day-of-week both restricted: cron fires when EITHER
-      matches, so "0 0 13 * 5" fires on every 13th and on every Friday.
+    * Day-of-month and day-of-week both restricted, neither starting with
+      ``*``: cron fires when EITHER matches, so "0 0 13 * 5" fires on every
+      13th and on every Friday.
     * Only day 29, 30 or 31: months without that day are skipped.
-    * A fixed hour whose wall time the zone skips or repeats at a DST change in
-      the year from ``now``: it fires once (after the gap, or at the first
-      occurrence), which is rarely what the owner pictured. Hourly and
-      per-minute crons ("*" hour) are not flagged: for them it is expected.
+    * Restricted hours whose wall times the zone skips or repeats at a DST
+      change in the year from ``now``. A fixed-time job fires once (after the
+      gap, or at the first occurrence); a wall-clock job ("*/15 2 * * *")
+      skips the missing times and fires twice in the repeated ones. Either is
+      rarely what the owner pictured. Crons with a "*" hour (hourly, every
+      minute) are not flagged: for them it is expected.
 
     ``now`` picks the year of zone rules to look at. It defaults to a fixed
     reference year rather than the clock, so that this stays pure.
@@ -565,7 +696,8 @@ def cron_risks(cron: str, timezone: str, *, now: datetime | None = None) -> list
     risks: list[str] = []
 
     dom, dow = expr.split()[_DOM], expr.split()[_DOW]
-    if expanded[_DOM] != ["*"] and expanded[_DOW] != ["*"]:
+    either = not dom.startswith("*") and not dow.startswith("*")  # as in _croniter()
+    if either and expanded[_DOM] != ["*"] and expanded[_DOW] != ["*"]:
         risks.append(
             f"Day-of-month ({dom}) and day-of-week ({dow}) are both set, so this fires on "
             "days matching EITHER of them, not only on days matching both."
@@ -585,6 +717,7 @@ def cron_risks(cron: str, timezone: str, *, now: datetime | None = None) -> list
             )
 
     if expanded[_HOUR] != ["*"]:
+        wall_clock = _is_wall_clock(expr)
         start = _aware("now", now) if now is not None else _RISK_REFERENCE
         seen: set[str] = set()
         for instant, before, after in _transitions(
@@ -601,11 +734,21 @@ def cron_risks(cron: str, timezone: str, *, now: datetime | None = None) -> list
                 continue
             seen.add(kind)
             shift = _duration(abs(after - before))
-            if kind == "gap":
+            if kind == "gap" and wall_clock:
+                risks.append(
+                    f"{wall:%H:%M} does not exist in {timezone} on {wall:%Y-%m-%d} (clocks go "
+                    f"forward {shift}): fires due then are skipped."
+                )
+            elif kind == "gap":
                 runs_at = instant.astimezone(zone).strftime("%H:%M")
                 risks.append(
                     f"{wall:%H:%M} does not exist in {timezone} on {wall:%Y-%m-%d} (clocks go "
                     f"forward {shift}): fires due then run once, at {runs_at}."
+                )
+            elif wall_clock:
+                risks.append(
+                    f"{wall:%H:%M} happens twice in {timezone} on {wall:%Y-%m-%d} (clocks go "
+                    f"back {shift}): fires due then run at both occurrences."
                 )
             else:
                 risks.append(
@@ -619,7 +762,7 @@ def _first_wall_fire(expr: str, lo: datetime) -> datetime | None:
     """The first naive wall time >= ``lo`` that ``expr`` names."""
     start = (lo - _ONE_US).replace(second=0, microsecond=0)
     try:
-        return croniter(expr, start, max_years_between_matches=1).get_next(datetime)
+        return _croniter(expr, start, 1).get_next(datetime)
     except (CroniterBadDateError, OverflowError, ValueError):
         return None
 

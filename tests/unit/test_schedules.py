@@ -1,5 +1,14 @@
 """Schedule math, pinned by tables of real dates (cronsim's TestDstTransitions style).
 
+Two daylight-saving rules are pinned here, as cronie applies them:
+
+* fixed-time crons (minute and hour fields not starting with "*"): a skipped
+  local time fires once, at the first instant after the gap; a repeated one
+  fires once, at its first occurrence;
+* wall-clock crons (minute or hour field starting with "*"): every real
+  occurrence of a matching local time fires, both passes of a repeated hour
+  included, and a matching time inside a gap does not fire at all.
+
 Offsets used to derive the expected values:
 
 * Europe/Berlin: CET +01:00, CEST +02:00. Forward at 01:00Z on 2026-03-29 and
@@ -12,6 +21,16 @@ Offsets used to derive the expected values:
   at 15:00Z on 2026-04-04 (02:00 +11 -> 01:30 +10:30 on 04-05, so 01:30-02:00
   happens twice); forward at 15:30Z on 2026-10-03 (02:00 +10:30 -> 02:30 +11 on
   10-04, so 02:00-02:30 does not exist).
+* Africa/Casablanca: +01:00, except +00:00 around Ramadan. Back at 02:00Z on
+  2026-02-15 (03:00 +01 -> 02:00 +00, so 02:00-03:00 happens twice); forward
+  at 02:00Z on 2026-03-22 (02:00 +00 -> 03:00 +01).
+* Pacific/Chatham: +12:45 standard, +13:45 summer. Back at 14:00Z on 2026-04-04
+  (03:45 +13:45 -> 02:45 +12:45 on 04-05, so 02:45-03:45 happens twice);
+  forward at 14:00Z on 2026-09-26 (02:45 +12:45 -> 03:45 +13:45 on 09-27, so
+  02:45-03:45 does not exist).
+* Australia/Sydney: +10:00 standard, +11:00 summer. Back at 16:00Z on
+  2026-04-04 (03:00 +11 -> 02:00 +10 on 04-05); forward at 16:00Z on 2026-10-03
+  (02:00 +10 -> 03:00 +11 on 10-04).
 """
 
 from __future__ import annotations
@@ -21,6 +40,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from pathlib import Path
@@ -59,95 +79,151 @@ def every(seconds: int, anchor: str, **kwargs: object) -> Schedule:
     return Schedule(cron=None, interval_seconds=seconds, anchor=utc(anchor), **kwargs)  # type: ignore[arg-type]
 
 
+def quarters(first: str, count: int) -> list[str]:
+    """``count`` ISO instants 15 minutes apart from ``first``."""
+    return [iso(utc(first) + timedelta(minutes=15 * n)) for n in range(count)]
+
+
 # -- daylight-saving transitions -------------------------------------------------
 
 DST_CASES = [
     # Europe/Berlin, spring 2026: 02:00-03:00 local does not exist.
+    # Fixed time: the skipped 02:30 fires once, at 03:00 CEST.
     ("30 2 * * *", "Europe/Berlin", "2026-03-28T12:00:00Z",
      ["2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"]),
+    # Wall clock: no fire for the missing 02:00, and 03:00 CEST fires once.
     ("0 * * * *", "Europe/Berlin", "2026-03-28T23:30:00Z",
      ["2026-03-29T00:00:00Z", "2026-03-29T01:00:00Z", "2026-03-29T02:00:00Z"]),
+    # Wall clock ("*" minute): every 02:xx is missing, so nothing that day.
     ("*/15 2 * * *", "Europe/Berlin", "2026-03-28T12:00:00Z",
-     ["2026-03-29T01:00:00Z", "2026-03-30T00:00:00Z", "2026-03-30T00:15:00Z"]),
+     ["2026-03-30T00:00:00Z", "2026-03-30T00:15:00Z", "2026-03-30T00:30:00Z"]),
     ("*/15 * * * *", "Europe/Berlin", "2026-03-29T00:30:00Z",
      ["2026-03-29T00:45:00Z", "2026-03-29T01:00:00Z", "2026-03-29T01:15:00Z"]),
     # Europe/Berlin, autumn 2026: 02:00-03:00 local happens twice.
     ("30 2 * * *", "Europe/Berlin", "2026-10-24T12:00:00Z",
      ["2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"]),
+    # 02:00 CEST (00:00Z) and 02:00 CET (01:00Z) both fire.
     ("0 * * * *", "Europe/Berlin", "2026-10-24T22:30:00Z",
-     ["2026-10-24T23:00:00Z", "2026-10-25T00:00:00Z", "2026-10-25T02:00:00Z",
-      "2026-10-25T03:00:00Z"]),
+     ["2026-10-24T23:00:00Z", "2026-10-25T00:00:00Z", "2026-10-25T01:00:00Z",
+      "2026-10-25T02:00:00Z"]),
     ("*/15 2 * * *", "Europe/Berlin", "2026-10-24T12:00:00Z",
-     ["2026-10-25T00:00:00Z", "2026-10-25T00:15:00Z", "2026-10-25T00:30:00Z",
-      "2026-10-25T00:45:00Z", "2026-10-26T01:00:00Z"]),
+     [*quarters("2026-10-25T00:00:00Z", 8), "2026-10-26T01:00:00Z"]),
     # Europe/Berlin, spring 2027.
     ("30 2 * * *", "Europe/Berlin", "2027-03-27T12:00:00Z",
      ["2027-03-28T01:00:00Z", "2027-03-29T00:30:00Z"]),
     ("0 * * * *", "Europe/Berlin", "2027-03-27T23:30:00Z",
      ["2027-03-28T00:00:00Z", "2027-03-28T01:00:00Z", "2027-03-28T02:00:00Z"]),
     ("*/15 2 * * *", "Europe/Berlin", "2027-03-27T12:00:00Z",
-     ["2027-03-28T01:00:00Z", "2027-03-29T00:00:00Z", "2027-03-29T00:15:00Z"]),
+     ["2027-03-29T00:00:00Z", "2027-03-29T00:15:00Z", "2027-03-29T00:30:00Z"]),
     # Europe/Berlin, autumn 2027.
     ("30 2 * * *", "Europe/Berlin", "2027-10-30T12:00:00Z",
      ["2027-10-31T00:30:00Z", "2027-11-01T01:30:00Z"]),
     ("0 * * * *", "Europe/Berlin", "2027-10-30T22:30:00Z",
-     ["2027-10-30T23:00:00Z", "2027-10-31T00:00:00Z", "2027-10-31T02:00:00Z",
-      "2027-10-31T03:00:00Z"]),
+     ["2027-10-30T23:00:00Z", "2027-10-31T00:00:00Z", "2027-10-31T01:00:00Z",
+      "2027-10-31T02:00:00Z"]),
     ("*/15 2 * * *", "Europe/Berlin", "2027-10-30T12:00:00Z",
-     ["2027-10-31T00:00:00Z", "2027-10-31T00:15:00Z", "2027-10-31T00:30:00Z",
-      "2027-10-31T00:45:00Z", "2027-11-01T01:00:00Z"]),
+     [*quarters("2027-10-31T00:00:00Z", 8), "2027-11-01T01:00:00Z"]),
     # America/New_York, spring 2026: 02:00-03:00 local does not exist.
     ("30 2 * * *", "America/New_York", "2026-03-07T12:00:00Z",
      ["2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"]),
     ("0 * * * *", "America/New_York", "2026-03-08T05:30:00Z",
      ["2026-03-08T06:00:00Z", "2026-03-08T07:00:00Z", "2026-03-08T08:00:00Z"]),
     ("*/15 2 * * *", "America/New_York", "2026-03-07T12:00:00Z",
-     ["2026-03-08T07:00:00Z", "2026-03-09T06:00:00Z", "2026-03-09T06:15:00Z"]),
+     ["2026-03-09T06:00:00Z", "2026-03-09T06:15:00Z", "2026-03-09T06:30:00Z"]),
     # America/New_York, autumn 2026: 01:00-02:00 local happens twice.
     ("30 1 * * *", "America/New_York", "2026-10-31T12:00:00Z",
      ["2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"]),
+    # The second 01:00 (EST, 06:00Z) fires: no two-hour hole.
     ("0 * * * *", "America/New_York", "2026-11-01T03:30:00Z",
-     ["2026-11-01T04:00:00Z", "2026-11-01T05:00:00Z", "2026-11-01T07:00:00Z",
-      "2026-11-01T08:00:00Z"]),
+     ["2026-11-01T04:00:00Z", "2026-11-01T05:00:00Z", "2026-11-01T06:00:00Z",
+      "2026-11-01T07:00:00Z"]),
     ("*/15 1 * * *", "America/New_York", "2026-10-31T12:00:00Z",
-     ["2026-11-01T05:00:00Z", "2026-11-01T05:15:00Z", "2026-11-01T05:30:00Z",
-      "2026-11-01T05:45:00Z", "2026-11-02T06:00:00Z"]),
+     [*quarters("2026-11-01T05:00:00Z", 8), "2026-11-02T06:00:00Z"]),
     # ... and asked from inside the second pass of the repeated hour.
     ("0 * * * *", "America/New_York", "2026-11-01T06:15:00Z",
      ["2026-11-01T07:00:00Z", "2026-11-01T08:00:00Z"]),
     ("*/15 1 * * *", "America/New_York", "2026-11-01T06:10:00Z",
-     ["2026-11-02T06:00:00Z"]),
+     ["2026-11-01T06:15:00Z", "2026-11-01T06:30:00Z", "2026-11-01T06:45:00Z",
+      "2026-11-02T06:00:00Z"]),
+    ("30 1 * * *", "America/New_York", "2026-11-01T06:10:00Z",
+     ["2026-11-02T06:30:00Z"]),
     # America/New_York, spring 2027.
     ("30 2 * * *", "America/New_York", "2027-03-13T12:00:00Z",
      ["2027-03-14T07:00:00Z", "2027-03-15T06:30:00Z"]),
     ("0 * * * *", "America/New_York", "2027-03-14T05:30:00Z",
      ["2027-03-14T06:00:00Z", "2027-03-14T07:00:00Z", "2027-03-14T08:00:00Z"]),
     ("*/15 2 * * *", "America/New_York", "2027-03-13T12:00:00Z",
-     ["2027-03-14T07:00:00Z", "2027-03-15T06:00:00Z", "2027-03-15T06:15:00Z"]),
+     ["2027-03-15T06:00:00Z", "2027-03-15T06:15:00Z", "2027-03-15T06:30:00Z"]),
     # America/New_York, autumn 2027.
     ("30 1 * * *", "America/New_York", "2027-11-06T12:00:00Z",
      ["2027-11-07T05:30:00Z", "2027-11-08T06:30:00Z"]),
     ("0 * * * *", "America/New_York", "2027-11-07T03:30:00Z",
-     ["2027-11-07T04:00:00Z", "2027-11-07T05:00:00Z", "2027-11-07T07:00:00Z",
-      "2027-11-07T08:00:00Z"]),
+     ["2027-11-07T04:00:00Z", "2027-11-07T05:00:00Z", "2027-11-07T06:00:00Z",
+      "2027-11-07T07:00:00Z"]),
     ("*/15 1 * * *", "America/New_York", "2027-11-06T12:00:00Z",
-     ["2027-11-07T05:00:00Z", "2027-11-07T05:15:00Z", "2027-11-07T05:30:00Z",
-      "2027-11-07T05:45:00Z", "2027-11-08T06:00:00Z"]),
+     [*quarters("2027-11-07T05:00:00Z", 8), "2027-11-08T06:00:00Z"]),
     # Australia/Lord_Howe, April 2026: 01:30-02:00 local happens twice (30 min).
     ("45 1 * * *", "Australia/Lord_Howe", "2026-04-04T00:00:00Z",
      ["2026-04-04T14:45:00Z", "2026-04-05T15:15:00Z"]),
+    # 01:00 +11, then 02:00 +10:30: 00:00-01:30 is not repeated, so one fire each.
     ("0 * * * *", "Australia/Lord_Howe", "2026-04-04T13:30:00Z",
      ["2026-04-04T14:00:00Z", "2026-04-04T15:30:00Z", "2026-04-04T16:30:00Z"]),
+    # 01:30 +11 (14:30Z) and 01:30 +10:30 (15:00Z): every half hour in UTC.
+    ("*/30 * * * *", "Australia/Lord_Howe", "2026-04-04T13:45:00Z",
+     ["2026-04-04T14:00:00Z", "2026-04-04T14:30:00Z", "2026-04-04T15:00:00Z",
+      "2026-04-04T15:30:00Z", "2026-04-04T16:00:00Z"]),
+    # 01:30 and 01:45 fire in both passes.
     ("*/15 1 * * *", "Australia/Lord_Howe", "2026-04-04T00:00:00Z",
-     ["2026-04-04T14:00:00Z", "2026-04-04T14:15:00Z", "2026-04-04T14:30:00Z",
-      "2026-04-04T14:45:00Z", "2026-04-05T14:30:00Z"]),
+     [*quarters("2026-04-04T14:00:00Z", 6), "2026-04-05T14:30:00Z"]),
     # Australia/Lord_Howe, October 2026: 02:00-02:30 local does not exist.
     ("15 2 * * *", "Australia/Lord_Howe", "2026-10-03T00:00:00Z",
      ["2026-10-03T15:30:00Z", "2026-10-04T15:15:00Z"]),
+    # 01:00 +10:30, no 02:00, then 03:00 +11.
     ("0 * * * *", "Australia/Lord_Howe", "2026-10-03T14:00:00Z",
-     ["2026-10-03T14:30:00Z", "2026-10-03T15:30:00Z", "2026-10-03T16:00:00Z"]),
+     ["2026-10-03T14:30:00Z", "2026-10-03T16:00:00Z", "2026-10-03T17:00:00Z"]),
+    # 01:30 +10:30, no 02:00, then 02:30 +11: still every half hour in UTC.
+    ("*/30 * * * *", "Australia/Lord_Howe", "2026-10-03T14:45:00Z",
+     ["2026-10-03T15:00:00Z", "2026-10-03T15:30:00Z", "2026-10-03T16:00:00Z"]),
     ("*/15 2 * * *", "Australia/Lord_Howe", "2026-10-03T00:00:00Z",
      ["2026-10-03T15:30:00Z", "2026-10-03T15:45:00Z", "2026-10-04T15:00:00Z"]),
+    # Africa/Casablanca, February 2026: 02:00-03:00 local happens twice. Every
+    # minute fires through both passes (02:59 +01, then 02:00 +00, ...).
+    ("* * * * *", "Africa/Casablanca", "2026-02-15T01:57:00Z",
+     ["2026-02-15T01:58:00Z", "2026-02-15T01:59:00Z", "2026-02-15T02:00:00Z",
+      "2026-02-15T02:01:00Z"]),
+    ("* * * * *", "Africa/Casablanca", "2026-02-15T02:30:00Z",
+     ["2026-02-15T02:31:00Z", "2026-02-15T02:32:00Z"]),
+    ("* * * * *", "Africa/Casablanca", "2026-02-15T02:58:00Z",
+     ["2026-02-15T02:59:00Z", "2026-02-15T03:00:00Z"]),
+    # Africa/Casablanca, March 2026: 02:00-03:00 local does not exist; 01:59 +00
+    # is followed one minute later by 03:00 +01.
+    ("* * * * *", "Africa/Casablanca", "2026-03-22T01:58:00Z",
+     ["2026-03-22T01:59:00Z", "2026-03-22T02:00:00Z", "2026-03-22T02:01:00Z"]),
+    ("30 2 * * *", "Africa/Casablanca", "2026-03-21T12:00:00Z",
+     ["2026-03-22T02:00:00Z", "2026-03-23T01:30:00Z"]),
+    # Pacific/Chatham, September 2026: 02:45-03:45 local does not exist. 02:00
+    # +12:45, no 03:00, 04:00 +13:45: an hour apart, not 03:45 and 04:00.
+    ("@hourly", "Pacific/Chatham", "2026-09-26T12:30:00Z",
+     ["2026-09-26T13:15:00Z", "2026-09-26T14:15:00Z", "2026-09-26T15:15:00Z"]),
+    # Pacific/Chatham, April 2026: 02:45-03:45 local happens twice: 03:00 +13:45
+    # and 03:00 +12:45 both fire.
+    ("@hourly", "Pacific/Chatham", "2026-04-04T11:30:00Z",
+     ["2026-04-04T12:15:00Z", "2026-04-04T13:15:00Z", "2026-04-04T14:15:00Z",
+      "2026-04-04T15:15:00Z"]),
+    # A "*" minute with a fixed hour is a wall-clock job too. 03:00-03:44 is
+    # missing in September, so only 03:45-03:59 +13:45 (14:00Z-14:14Z) fire.
+    ("* 3 * * *", "Pacific/Chatham", "2026-09-26T12:00:00Z",
+     [*(iso(utc("2026-09-26T14:00:00Z") + timedelta(minutes=n)) for n in range(15)),
+      "2026-09-27T13:15:00Z"]),
+    # In April 03:00-03:44 happens twice: 03:44 +13:45 (13:59Z), then 02:45-02:59
+    # +12:45 do not match, then 03:00 +12:45 (14:15Z).
+    ("* 3 * * *", "Pacific/Chatham", "2026-04-04T13:57:00Z",
+     ["2026-04-04T13:58:00Z", "2026-04-04T13:59:00Z", "2026-04-04T14:15:00Z",
+      "2026-04-04T14:16:00Z"]),
+    ("30 3 * * *", "Pacific/Chatham", "2026-04-04T12:00:00Z",
+     ["2026-04-04T13:45:00Z", "2026-04-05T14:45:00Z"]),
+    ("30 3 * * *", "Pacific/Chatham", "2026-09-26T12:00:00Z",
+     ["2026-09-26T14:00:00Z", "2026-09-27T13:45:00Z"]),
 ]  # fmt: skip
 
 
@@ -166,28 +242,32 @@ def test_dst_fires_are_strictly_increasing_utc(
     assert all(a < b for a, b in zip(fires, fires[1:], strict=False))
 
 
-def test_raw_croniter_fires_twice_in_the_repeated_hour_and_we_do_not() -> None:
-    """The reason the wrapper exists: croniter 7 on aware datetimes fires the
-    repeated 01:00 (EST, 06:00Z) and fires 01:30 twice; cronie does neither."""
+def test_fixed_time_fires_once_in_the_repeated_hour_unlike_raw_croniter() -> None:
+    """The reason the wrapper exists: croniter 7 on aware datetimes fires a
+    fixed-time job at both 01:30s; cronie fires it once. For an hourly job both
+    croniter and cronie fire at both 01:00s, and so do we."""
     ny = ZoneInfo("America/New_York")
     start = utc("2026-11-01T03:30:00Z")
-
-    raw_hourly = croniter("0 * * * *", start.astimezone(ny))
-    raw = [iso(raw_hourly.get_next(datetime).astimezone(UTC)) for _ in range(4)]
-    assert raw == [
-        "2026-11-01T04:00:00Z",
-        "2026-11-01T05:00:00Z",
-        "2026-11-01T06:00:00Z",  # 01:00 EST, the second 01:00
-        "2026-11-01T07:00:00Z",
-    ]
-    ours = [iso(f) for f in cron("0 * * * *", "America/New_York").next_fires(start, 3)]
-    assert ours == ["2026-11-01T04:00:00Z", "2026-11-01T05:00:00Z", "2026-11-01T07:00:00Z"]
 
     raw_fixed = croniter("30 1 * * *", start.astimezone(ny))
     raw = [iso(raw_fixed.get_next(datetime).astimezone(UTC)) for _ in range(2)]
     assert raw == ["2026-11-01T05:30:00Z", "2026-11-01T06:30:00Z"]
     ours = [iso(f) for f in cron("30 1 * * *", "America/New_York").next_fires(start, 2)]
     assert ours == ["2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"]
+
+    raw_hourly = croniter("0 * * * *", start.astimezone(ny))
+    raw = [iso(raw_hourly.get_next(datetime).astimezone(UTC)) for _ in range(4)]
+    ours = [iso(f) for f in cron("0 * * * *", "America/New_York").next_fires(start, 4)]
+    assert (
+        ours
+        == raw
+        == [
+            "2026-11-01T04:00:00Z",
+            "2026-11-01T05:00:00Z",
+            "2026-11-01T06:00:00Z",  # 01:00 EST, the second 01:00
+            "2026-11-01T07:00:00Z",
+        ]
+    )
 
 
 def test_local_day_with_skipped_hour_has_23_hourly_fires() -> None:
@@ -196,10 +276,55 @@ def test_local_day_with_skipped_hour_has_23_hourly_fires() -> None:
     assert day.count_fires_between(utc("2026-03-28T23:00:00Z"), utc("2026-03-29T22:00:00Z")) == 23
 
 
-def test_local_day_with_repeated_hour_still_has_24_hourly_fires() -> None:
-    # 2026-11-01 00:00 EDT .. 2026-11-02 00:00 EST: 25 hours long, 24 fires.
+def test_local_day_with_repeated_hour_has_25_hourly_fires() -> None:
+    # 2026-11-01 00:00 EDT .. 2026-11-02 00:00 EST: 25 hours long, 25 fires.
     day = cron("0 * * * *", "America/New_York")
-    assert day.count_fires_between(utc("2026-11-01T04:00:00Z"), utc("2026-11-02T05:00:00Z")) == 24
+    assert day.count_fires_between(utc("2026-11-01T04:00:00Z"), utc("2026-11-02T05:00:00Z")) == 25
+
+
+def test_fixed_hour_wall_clock_job_fires_through_both_passes() -> None:
+    # Pacific/Chatham, 2026-04-05: 03:00-03:44 happens twice, 03:45-03:59 once.
+    day = cron("* 3 * * *", "Pacific/Chatham")
+    start, end = utc("2026-04-04T11:00:00Z"), utc("2026-04-05T11:00:00Z")
+    assert day.count_fires_between(start, end) == 45 + 60
+
+
+@pytest.mark.parametrize(
+    ("zone", "start", "end"),
+    [
+        # The local hour before, both passes of the repeated hour, the hour after.
+        ("America/New_York", "2026-11-01T04:00:00Z", "2026-11-01T08:00:00Z"),
+        ("Europe/Berlin", "2026-10-24T23:00:00Z", "2026-10-25T03:00:00Z"),
+        ("Africa/Casablanca", "2026-02-15T00:00:00Z", "2026-02-15T04:00:00Z"),
+        ("Australia/Lord_Howe", "2026-04-04T14:00:00Z", "2026-04-04T16:00:00Z"),
+        # ... and through the gaps, which take nothing out of UTC time.
+        ("America/New_York", "2026-03-08T05:00:00Z", "2026-03-08T09:00:00Z"),
+        ("Europe/Berlin", "2026-03-28T23:00:00Z", "2026-03-29T03:00:00Z"),
+    ],
+)
+@pytest.mark.parametrize(("expr", "period"), [("* * * * *", 1), ("*/15 * * * *", 15)])
+def test_wall_clock_crons_keep_their_period_through_dst(
+    expr: str, period: int, zone: str, start: str, end: str
+) -> None:
+    fires = cron(expr, zone).fires_between(utc(start), utc(end), limit=10_000)
+    assert iso(fires[0]) == start
+    assert len(fires) == (utc(end) - utc(start)) // timedelta(minutes=period)
+    assert {b - a for a, b in zip(fires, fires[1:], strict=False)} == {timedelta(minutes=period)}
+
+
+def test_wall_clock_next_fire_stays_cheap() -> None:
+    """The dispatcher asks for one next fire per due job per tick."""
+    schedule = cron("* * * * *", "America/New_York")
+    after = utc("2026-06-01T00:00:00Z")
+    started = time.perf_counter()
+    for n in range(500):
+        schedule.next_fire(after + timedelta(seconds=37 * n))
+    assert time.perf_counter() - started < 1.0
+    # A rare wall-clock fire, years away across several DST changes.
+    leap = cron("* 12 29 2 *", "Europe/Berlin")
+    started = time.perf_counter()
+    assert iso(leap.next_fire(after)) == "2028-02-29T11:00:00Z"
+    assert time.perf_counter() - started < 0.5
 
 
 # -- calendar rules ---------------------------------------------------------------
@@ -222,6 +347,21 @@ CALENDAR_CASES = [
     ("0 0 13 * 5", "UTC", "2026-04-01T00:00:00Z",
      ["2026-04-03T00:00:00Z", "2026-04-10T00:00:00Z", "2026-04-13T00:00:00Z",
       "2026-04-17T00:00:00Z", "2026-04-24T00:00:00Z"]),
+    # A day field starting with "*" counts as unrestricted, as in cronie, so
+    # both fields must match: odd days that are Mondays ...
+    ("0 0 */2 * 1", "UTC", "2026-01-01T00:00:00Z",
+     ["2026-01-05T00:00:00Z", "2026-01-19T00:00:00Z", "2026-02-09T00:00:00Z",
+      "2026-02-23T00:00:00Z", "2026-03-09T00:00:00Z"]),
+    # ... the 1st when it is a Sunday, Tuesday, Thursday or Saturday ...
+    ("0 0 1 * */2", "UTC", "2026-01-01T00:00:00Z",
+     ["2026-02-01T00:00:00Z", "2026-03-01T00:00:00Z", "2026-08-01T00:00:00Z",
+      "2026-09-01T00:00:00Z"]),
+    # ... and "?" is unrestricted too: Mondays only.
+    ("0 0 ? * 1", "UTC", "2026-01-01T00:00:00Z",
+     ["2026-01-05T00:00:00Z", "2026-01-12T00:00:00Z"]),
+    # A full range does not start with "*": EITHER applies, so every day.
+    ("0 0 1-31 * 1", "UTC", "2026-01-01T00:00:00Z",
+     ["2026-01-02T00:00:00Z", "2026-01-03T00:00:00Z", "2026-01-04T00:00:00Z"]),
     # A restricted field written as an equal range means that one value
     # (croniter alone would read "9-9" as every hour).
     ("0 9-9 * * *", "UTC", "2026-01-01T00:00:00Z",
@@ -436,6 +576,7 @@ def test_validate_cron_accepts_and_normalises(given: str, normalised: str) -> No
         "0 0 30 2 *",  # never fires
         "0 0 31 4 *",
         "0 0 31 2,4,6,9,11 *",
+        "0 0 31 2 */1",  # "*/1" is unrestricted: 31 February AND any weekday
         "* * * * * *",  # seconds field
         "0 0 0 * * * 2026",
         "0 0 * *",
@@ -632,6 +773,25 @@ def test_cron_risks_day_of_month_or_day_of_week() -> None:
     assert cron_risks("0 0 * * 5", "UTC") == []
 
 
+def test_cron_risks_day_field_starting_with_star_is_not_either() -> None:
+    assert cron_risks("0 0 */2 * 1", "UTC") == []
+    assert cron_risks("0 0 1 * */2", "UTC") == []
+    assert "EITHER" in cron_risks("0 0 1-31 * 1", "UTC")[0]
+
+
+def test_cron_risks_wall_clock_job_in_skipped_and_repeated_hours() -> None:
+    risks = cron_risks("*/15 2 * * *", "Europe/Berlin")
+    assert risks == [
+        "02:00 does not exist in Europe/Berlin on 2026-03-29 (clocks go forward 1 hour): "
+        "fires due then are skipped.",
+        "02:00 happens twice in Europe/Berlin on 2026-10-25 (clocks go back 1 hour): "
+        "fires due then run at both occurrences.",
+    ]
+    chatham = cron_risks("* 3 * * *", "Pacific/Chatham")
+    assert any("03:00 does not exist" in r and "2026-09-27" in r for r in chatham)
+    assert any("03:00 happens twice" in r and "2026-04-05" in r for r in chatham)
+
+
 def test_cron_risks_fixed_time_in_a_skipped_hour() -> None:
     risks = cron_risks("30 2 * * *", "Europe/Berlin")
     assert any("02:30 does not exist" in r and "2026-03-29" in r and "03:00" in r for r in risks)
@@ -681,66 +841,156 @@ def test_cron_risks_days_missing_from_some_months() -> None:
 # -- brute-force cross-check ------------------------------------------------------------
 
 
-def _brute_force_fires(expr: str, zone: str, start: datetime, end: datetime) -> list[datetime]:
-    """The rules of PRODUCT.md §3 applied minute by minute, independently of
-    the implementation: a matching wall time fires at its first occurrence
-    (zoneinfo marks the second with fold=1), and a matching wall time inside a
-    gap fires at the instant the gap ends. Time-of-day crons only."""
-    minutes, hours, *days = croniter(expr).expanded
-    assert days == [["*"], ["*"], ["*"]]
-    tz = ZoneInfo(zone)
+def _field_values(text: str, low: int, high: int) -> set[int]:
+    """The numbers a numeric cron field names: lists, ranges, steps, "*"."""
+    values: set[int] = set()
+    for part in text.split(","):
+        span, _, step = part.partition("/")
+        if span in ("*", "?"):
+            first, last = low, high
+        elif "-" in span:
+            first, last = (int(v) for v in span.split("-"))
+        else:
+            first = last = int(span)
+            if step:  # "5/15" is "5-59/15"
+                last = high
+        values.update(range(first, last + 1, int(step or 1)))
+    return values
+
+
+def _cronie_matcher(expr: str) -> tuple[bool, Callable[[datetime], bool]]:
+    """(runs by the wall clock, does a naive wall time match), by cronie's rules,
+    written independently of croniter. Numeric fields only."""
+    minute, hour, dom, month, dow = MACROS.get(expr, expr).split()
+    minutes, hours = _field_values(minute, 0, 59), _field_values(hour, 0, 23)
+    doms, months = _field_values(dom, 1, 31), _field_values(month, 1, 12)
+    dows = {d % 7 for d in _field_values(dow, 0, 7)}  # 7 is Sunday too
+    # cronie's DOM_STAR / DOW_STAR: the first character, so "*/2" counts.
+    day_star = dom[0] in "*?" or dow[0] in "*?"
 
     def matches(wall: datetime) -> bool:
-        return (minutes == ["*"] or wall.minute in minutes) and (
-            hours == ["*"] or wall.hour in hours
+        in_dom, in_dow = wall.day in doms, (wall.weekday() + 1) % 7 in dows
+        return (
+            wall.minute in minutes
+            and wall.hour in hours
+            and wall.month in months
+            and ((in_dom and in_dow) if day_star else (in_dom or in_dow))
         )
 
-    fires: set[datetime] = set()
+    return minute[0] == "*" or hour[0] == "*", matches
+
+
+def _brute_force_fires(expr: str, zone: str, start: datetime, end: datetime) -> list[datetime]:
+    """cronie's rules applied to every UTC minute in [start, end).
+
+    * Wall-clock cron: a minute fires if its local wall time matches.
+    * Fixed-time cron: a minute fires if its wall time matches and is the
+      first occurrence of that wall time (zoneinfo marks the second with
+      fold=1); and the first minute after a gap fires if any wall time inside
+      the gap matches.
+    """
+    wall_clock, matches = _cronie_matcher(expr)
+    tz = ZoneInfo(zone)
     step = timedelta(minutes=1)
+    fires: list[datetime] = []
     t = start
     while t < end:
         local = t.astimezone(tz)
-        if local.fold == 0 and matches(local.replace(tzinfo=None)):
-            fires.add(t)
-        before, after = local.utcoffset(), (t + step).astimezone(tz).utcoffset()
-        assert before is not None and after is not None
-        if after > before:  # a gap opens at t + step: walls [t+1m+before, t+1m+after)
-            wall = (t + step + before).replace(tzinfo=None)
-            while wall < (t + step + after).replace(tzinfo=None):
-                if matches(wall):
-                    fires.add(t + step)
+        fire = matches(local.replace(tzinfo=None)) and (wall_clock or local.fold == 0)
+        before, now = (t - step).astimezone(tz).utcoffset(), local.utcoffset()
+        assert before is not None and now is not None
+        if not wall_clock and now > before:  # a gap ends at t: walls [t+before, t+now)
+            wall = (t + before).replace(tzinfo=None)
+            while wall < (t + now).replace(tzinfo=None):
+                fire = fire or matches(wall)
                 wall += step
+        if fire:
+            fires.append(t)
         t += step
-    return sorted(fires)
+    return fires
 
 
-@pytest.mark.parametrize(
-    ("zone", "day"),
-    [
-        ("Europe/Berlin", "2026-03-29T00:00:00Z"),
-        ("Europe/Berlin", "2026-10-25T00:00:00Z"),
-        ("America/New_York", "2026-03-08T06:00:00Z"),
-        ("America/New_York", "2026-11-01T06:00:00Z"),
-        ("Australia/Lord_Howe", "2026-04-04T14:00:00Z"),
-        ("Australia/Lord_Howe", "2026-10-03T15:00:00Z"),
-    ],
-)
+# Every offset change in 2026 of the zones cross-checked below.
+CHANGES_2026 = [
+    ("America/New_York", "2026-03-08T07:00:00Z"),
+    ("America/New_York", "2026-11-01T06:00:00Z"),
+    ("Europe/Berlin", "2026-03-29T01:00:00Z"),
+    ("Europe/Berlin", "2026-10-25T01:00:00Z"),
+    ("Africa/Casablanca", "2026-02-15T02:00:00Z"),
+    ("Africa/Casablanca", "2026-03-22T02:00:00Z"),
+    ("Pacific/Chatham", "2026-04-04T14:00:00Z"),
+    ("Pacific/Chatham", "2026-09-26T14:00:00Z"),
+    ("Australia/Lord_Howe", "2026-04-04T15:00:00Z"),
+    ("Australia/Lord_Howe", "2026-10-03T15:30:00Z"),
+    ("Australia/Sydney", "2026-04-04T16:00:00Z"),
+    ("Australia/Sydney", "2026-10-03T16:00:00Z"),
+]
+WALL_CLOCK_EXPRS = [
+    "* * * * *",
+    "0 * * * *",
+    "*/7 * * * *",
+    "15 */2 * * *",
+    "* 1 * * *",
+    "*/30 * * * *",
+    "*/10 1-3 * * *",
+    "* 3 * * *",
+    "@hourly",
+]
+FIXED_TIME_EXPRS = [
+    "30 1 * * *",
+    "45 1 * * *",
+    "0 2 * * *",
+    "15 2 * * *",
+    "59 2 * * *",
+    "0 3 * * *",
+    "30 3 * * *",
+    "0 1-3 * * *",
+]
+
+
+def test_the_cross_check_covers_every_2026_change() -> None:
+    for zone in {z for z, _ in CHANGES_2026}:
+        tz, found, step = ZoneInfo(zone), [], timedelta(minutes=30)
+        t = utc("2026-01-01T00:00:00Z")
+        while t.year == 2026:
+            if (t + step).astimezone(tz).utcoffset() != t.astimezone(tz).utcoffset():
+                found.append(iso(t + step))
+            t += step
+        assert found == [when for z, when in CHANGES_2026 if z == zone]
+
+
+@pytest.mark.parametrize(("zone", "change"), CHANGES_2026)
+@pytest.mark.parametrize("expr", WALL_CLOCK_EXPRS + FIXED_TIME_EXPRS)
+def test_matches_brute_force_around_2026_changes(expr: str, zone: str, change: str) -> None:
+    start = utc(change) - timedelta(hours=14)
+    end = utc(change) + timedelta(hours=14)
+    expected = _brute_force_fires(expr, zone, start, end)
+    assert [iso(f) for f in cron(expr, zone).fires_between(start, end, 10_000)] == [
+        iso(f) for f in expected
+    ]
+
+
 @pytest.mark.parametrize(
     "expr",
     [
-        "*/15 * * * *",
-        "0 * * * *",
-        "*/10 1-3 * * *",
-        "30 1 * * *",
-        "45 1 * * *",
-        "0 2 * * *",
-        "15 2 * * *",
-        "59 2 * * *",
-        "0 3 * * *",
+        "0 0 */2 * 1",
+        "0 0 1 * */2",
+        "0 0 13 * 5",
+        "0 0 1-31 * 1",
+        "0 0 1,15 * 0-2",
+        "0 0 */10 * 3-5",
+        "0 0 ? * 1",
+        "0 0 5/7 * 6",
+        "0 0 */1 2 0",
+        "0 0 29 2 1-5",
     ],
 )
-def test_matches_brute_force_around_transitions(expr: str, zone: str, day: str) -> None:
-    start = utc(day) - timedelta(hours=14)
-    end = utc(day) + timedelta(hours=14)
-    expected = _brute_force_fires(expr, zone, start, end)
-    assert cron(expr, zone).fires_between(start, end, limit=10_000) == expected
+def test_day_fields_match_brute_force(expr: str) -> None:
+    _, matches = _cronie_matcher(expr)
+    start, end = utc("2026-01-01T00:00:00Z"), utc("2029-01-01T00:00:00Z")
+    expected, day = [], start
+    while day < end:
+        if matches(day.replace(tzinfo=None)):
+            expected.append(day)
+        day += timedelta(days=1)
+    assert cron(expr).fires_between(start, end, 10_000) == expected
