@@ -1,4 +1,4 @@
-"""Cron jobs across daylight-saving changeovers (PRODUCT.md §3 "Cron").
+"""Cron jobs across daylight-saving changeovers (README, "Design choices": cron and DST).
 
 The database clock cannot be moved for one test (the server is shared, and
 production code always reads it), so the dispatcher is driven here with an
@@ -9,11 +9,13 @@ real receiver, and the auditor checks the whole stretch.
 
 Expected fires follow cronie's rules, written out by hand (UTC):
 
-- a local time that does not exist (spring forward) fires once, at the first
-  instant after the gap: "30 2 * * *" fires at 03:00 local, and the skipped
-  02:00 of "0 * * * *" is the same instant as 03:00, one run;
-- a local time that happens twice (fall back) fires once, at its first
-  occurrence: no second run in the repeated hour.
+- a fixed-time job (neither minute nor hour starts with ``*``) whose local time
+  does not exist (spring forward) fires once, at the first instant after the
+  gap: "30 2 * * *" fires at 03:00 local; one whose local time happens twice
+  (fall back) fires once, at its first occurrence;
+- a wall-clock job ("0 * * * *", "*/30 * * * *") fires at every real
+  occurrence of a matching local time: twice in a repeated hour, and not at
+  all for local times inside a gap (they do not exist).
 """
 
 from __future__ import annotations
@@ -38,11 +40,10 @@ def utc(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
 
 
-def every(start: str, end: str, step: dt.timedelta, skip: tuple[str, ...] = ()) -> list:
+def every(start: str, end: str, step: dt.timedelta) -> list:
     fires, t = [], utc(start)
     while t < utc(end):
-        if t not in {utc(s) for s in skip}:
-            fires.append(t)
+        fires.append(t)
         t += step
     return fires
 
@@ -82,15 +83,9 @@ CHANGEOVERS = [
         {
             "30 2 * * *": [utc("2026-10-25T00:30")],  # 02:30 CEST only, not 02:30 CET
             "30 1 * * *": [utc("2026-10-24T23:30")],
-            "0 * * * *": every(
-                "2026-10-24T22:00", "2026-10-25T04:00", 2 * HALF_HOUR, skip=("2026-10-25T01:00",)
-            ),
-            "*/30 * * * *": every(
-                "2026-10-24T22:00",
-                "2026-10-25T04:00",
-                HALF_HOUR,
-                skip=("2026-10-25T01:00", "2026-10-25T01:30"),
-            ),
+            # Wall-clock jobs fire in both passes of 02:00-03:00 (00:00Z and 01:00Z).
+            "0 * * * *": every("2026-10-24T22:00", "2026-10-25T04:00", 2 * HALF_HOUR),
+            "*/30 * * * *": every("2026-10-24T22:00", "2026-10-25T04:00", HALF_HOUR),
         },
     ),
     (
@@ -101,15 +96,9 @@ CHANGEOVERS = [
         {
             "30 2 * * *": [utc("2026-11-01T07:30")],
             "30 1 * * *": [utc("2026-11-01T05:30")],  # 01:30 EDT only, not 01:30 EST
-            "0 * * * *": every(
-                "2026-11-01T03:00", "2026-11-01T09:00", 2 * HALF_HOUR, skip=("2026-11-01T06:00",)
-            ),
-            "*/30 * * * *": every(
-                "2026-11-01T03:00",
-                "2026-11-01T09:00",
-                HALF_HOUR,
-                skip=("2026-11-01T06:00", "2026-11-01T06:30"),
-            ),
+            # Wall-clock jobs fire in both passes of 01:00-02:00 (05:00Z and 06:00Z).
+            "0 * * * *": every("2026-11-01T03:00", "2026-11-01T09:00", 2 * HALF_HOUR),
+            "*/30 * * * *": every("2026-11-01T03:00", "2026-11-01T09:00", HALF_HOUR),
         },
     ),
 ]
