@@ -28,6 +28,7 @@ from tests.processes.faults.conftest import (
     drain,
     faketime_env,
     libfaketime_missing,
+    registered,
     stop_all,
 )
 
@@ -61,8 +62,13 @@ def test_skewed_application_clocks_neither_double_fire_nor_steal_leases(
     for sign in ("+", "-"):
         env = faketime_env(f"{sign}{SKEW // 60}m")
         wall[sign] = time.time()
-        procs.append(processes.manage("dispatch", env=env, name=f"dispatch{sign}"))
-        procs.append(processes.manage("work", "--lease-seconds", "10", env=env, name=f"work{sign}"))
+        for command, *args in (("dispatch",), ("work", "--lease-seconds", "10")):
+            name = f"{command}{sign}"
+            procs.append(processes.manage(command, *args, "--name", name, env=env, name=name))
+    # All four up before the window starts: both workers must get deliveries,
+    # however long a busy machine takes to start one of them.
+    for name in ("dispatch+", "work+", "dispatch-", "work-"):
+        wait_until(lambda n=name: registered(n), timeout=60, message=f"{name} to start")
     started = db_now()
     wait_until(
         lambda: db_now() - started >= dt.timedelta(seconds=8),
