@@ -35,6 +35,7 @@ from tests.processes.faults.conftest import (
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 SKEW = 300  # seconds, both ways
+LEASE = 60  # seconds; an attempt's deadline is 2 * LEASE + 5 s, still under SKEW
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ ")
 
 
@@ -50,19 +51,20 @@ def faketime():
 def test_skewed_application_clocks_neither_double_fire_nor_steal_leases(
     faketime, owner, processes, receiver, since
 ):
-    common = dict(interval_seconds=1, overlap_policy="allow", timeout_seconds=10)
+    common = dict(interval_seconds=1, overlap_policy="allow", timeout_seconds=LEASE * 2)
     jobs = [make_job(owner, url=receiver.url("ok"), **common) for _ in range(30)]
     # Deliveries that hold their lease for a while, for the other worker to covet.
     jobs += [make_job(owner, url=receiver.url("slow/1"), **common) for _ in range(10)]
-    # Leases of 10 s: far shorter than the skew, so a worker that trusted its
-    # own clock would take over every lease of the other one; long enough that
-    # a worker starved of CPU on a busy machine does not honestly lose one.
+    # Leases (and attempt deadlines) far shorter than the skew, so a worker
+    # that trusted its own clock would take over every lease of the other one;
+    # long enough that a worker starved of CPU on a busy machine does not
+    # honestly lose one (10 s was not: both workers lost leases under load).
     wall = {}
     procs = []
     for sign in ("+", "-"):
         env = faketime_env(f"{sign}{SKEW // 60}m")
         wall[sign] = time.time()
-        for command, *args in (("dispatch",), ("work", "--lease-seconds", "10")):
+        for command, *args in (("dispatch",), ("work", "--lease-seconds", str(LEASE))):
             name = f"{command}{sign}"
             procs.append(processes.manage(command, *args, "--name", name, env=env, name=name))
     # All four up before the window starts: both workers must get deliveries,
