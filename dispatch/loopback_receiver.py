@@ -16,6 +16,7 @@ fires, lost fires, lag, overlap). Behaviour is chosen by path:
 ``/malformed``        answers bytes that are not HTTP
 ``/flaky/<n>``        500 for the first n deliveries of a webhook-id, then 200
 ``/hold-first``       holds the first delivery of a webhook-id forever, 200 after
+``/held``             holds every delivery until ``POST /release`` (at most an hour), then 200
 
 ``GET /stats`` answers the request count, the requests in flight now, the most
 ever in flight, and the most in flight at once for any one job.
@@ -46,6 +47,9 @@ class Receiver:
         self.per_job: Counter[str] = Counter()
         self.max_per_job: Counter[str] = Counter()
         self.seen: Counter[str] = Counter()
+        # Set by POST /release: lets a test count deliveries held open at once
+        # for as long as it takes them all to arrive, however busy the machine.
+        self.released = asyncio.Event()
 
     def record(self, **fields) -> None:
         if self.log:
@@ -129,6 +133,12 @@ class Receiver:
             if self.seen[webhook_id] <= 1:
                 await asyncio.sleep(3600)
             return web.Response(text="ok")
+        if kind == "held":
+            try:
+                await asyncio.wait_for(self.released.wait(), 3600)
+            except TimeoutError:
+                pass
+            return web.Response(text="released")
         if kind == "flaky":
             if self.seen[webhook_id] <= int(parts[1]):
                 return web.Response(status=500, text="flaky")
@@ -150,6 +160,10 @@ class Receiver:
         self.max_per_job = Counter(self.per_job)
         return web.json_response({"ok": True})
 
+    async def release(self, request: web.Request) -> web.Response:
+        self.released.set()
+        return web.json_response({"ok": True})
+
 
 def make_app(log_path: str | None, lean: bool = False) -> web.Application:
     receiver = Receiver(log_path, lean)
@@ -157,6 +171,7 @@ def make_app(log_path: str | None, lean: bool = False) -> web.Application:
     app["receiver"] = receiver
     app.router.add_get("/stats", receiver.stats)
     app.router.add_post("/stats/reset", receiver.reset_stats)
+    app.router.add_post("/release", receiver.release)
     app.router.add_post("/{tail:.*}", receiver.handle)
 
     async def flush(app):

@@ -8,7 +8,6 @@ of Punctual accepts, with the error next to the field.
 
 from __future__ import annotations
 
-import json
 import zoneinfo
 
 from django import forms
@@ -17,9 +16,8 @@ from django.utils import timezone
 
 from dispatch.webhooks import UnsafeTargetError, check_url
 from jobs import schedules
+from jobs.limits import MAX_LENGTHS, MAX_PAYLOAD_BYTES, RANGES, payload_size
 from jobs.models import Job, TargetKind
-
-MAX_PAYLOAD_BYTES = 64 * 1024
 
 
 def _zone_choices() -> list[tuple[str, str]]:
@@ -28,10 +26,11 @@ def _zone_choices() -> list[tuple[str, str]]:
 
 
 class JobForm(forms.ModelForm):
-    # Limits from PRODUCT.md §2 that the model fields do not carry.
+    # Declared for their labels, help and empty values; every bound is read
+    # from jobs/limits.py, as the model's validators and the API's are.
     cron = forms.CharField(
         required=False,
-        max_length=schedules.MAX_CRON_LENGTH,
+        max_length=MAX_LENGTHS["cron"],
         strip=True,
         widget=forms.TextInput(attrs={"placeholder": "0 2 * * *", "class": "vTextField"}),
         help_text=(
@@ -41,8 +40,7 @@ class JobForm(forms.ModelForm):
     )
     interval_seconds = forms.IntegerField(
         required=False,
-        min_value=1,
-        max_value=schedules.MAX_INTERVAL_SECONDS,
+        **RANGES["interval_seconds"].bounds(),
         label="Interval (seconds)",
         help_text="Fires every this many seconds from start at (or creation). Leave empty "
         "for a cron schedule.",
@@ -53,25 +51,25 @@ class JobForm(forms.ModelForm):
         label="Time zone",
         help_text="The zone the cron is read in.",
     )
-    timeout_seconds = forms.IntegerField(min_value=1, max_value=900, initial=30)
-    max_attempts = forms.IntegerField(min_value=1, max_value=20, initial=3)
+    timeout_seconds = forms.IntegerField(**RANGES["timeout_seconds"].bounds(), initial=30)
+    max_attempts = forms.IntegerField(**RANGES["max_attempts"].bounds(), initial=3)
     retry_backoff_seconds = forms.IntegerField(
-        min_value=1,
-        max_value=3600,
+        **RANGES["retry_backoff_seconds"].bounds(),
         initial=10,
         help_text="The base of exponential backoff with full jitter.",
     )
-    max_catchup = forms.IntegerField(min_value=1, max_value=100, initial=3)
-    misfire_grace_seconds = forms.IntegerField(min_value=1, max_value=86_400, initial=60)
+    max_catchup = forms.IntegerField(**RANGES["max_catchup"].bounds(), initial=3)
+    misfire_grace_seconds = forms.IntegerField(
+        **RANGES["misfire_grace_seconds"].bounds(), initial=60
+    )
     jitter_seconds = forms.IntegerField(
-        min_value=0,
-        max_value=3600,
+        **RANGES["jitter_seconds"].bounds(),
         initial=0,
         help_text="Delays delivery by a stable per-job offset below this many seconds.",
     )
     pause_after_failures = forms.IntegerField(
         required=False,
-        min_value=1,
+        **RANGES["pause_after_failures"].bounds(),
         help_text="Pause the job after this many consecutive failed runs. Empty: never.",
     )
 
@@ -145,7 +143,7 @@ class JobForm(forms.ModelForm):
             return {}
         if not isinstance(payload, dict):
             raise forms.ValidationError('The payload must be a JSON object, such as {"key": 1}.')
-        size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+        size = payload_size(payload)
         if size > MAX_PAYLOAD_BYTES:
             raise forms.ValidationError(
                 f"The payload must be at most 64 KiB once serialized (it is {size:,} bytes)."

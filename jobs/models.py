@@ -17,6 +17,7 @@ from django.db import models, transaction
 from django.db.models import Q
 
 from jobs import crypto
+from jobs.limits import MAX_LENGTHS, RANGES
 from jobs.schedules import Schedule
 from scheduler_site.db import db_now
 
@@ -79,34 +80,52 @@ class Job(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jobs"
     )
-    name = models.CharField(max_length=200)
-    description = models.TextField(max_length=2000, blank=True, default="")
+    # Every bound below comes from jobs/limits.py, which the admin form and
+    # the API serializer read too.
+    name = models.CharField(max_length=MAX_LENGTHS["name"])
+    description = models.TextField(max_length=MAX_LENGTHS["description"], blank=True, default="")
 
-    cron = models.CharField(max_length=100, null=True, blank=True)
-    interval_seconds = models.PositiveIntegerField(null=True, blank=True)
-    timezone = models.CharField(max_length=64, default="UTC")
+    cron = models.CharField(max_length=MAX_LENGTHS["cron"], null=True, blank=True)
+    interval_seconds = models.PositiveIntegerField(
+        null=True, blank=True, validators=RANGES["interval_seconds"].validators()
+    )
+    timezone = models.CharField(max_length=MAX_LENGTHS["timezone"], default="UTC")
     start_at = models.DateTimeField(null=True, blank=True)
 
     target_kind = models.CharField(
         max_length=10, choices=TargetKind.choices, default=TargetKind.WEBHOOK
     )
-    url = models.CharField(max_length=2000, blank=True, default="")
+    url = models.CharField(max_length=MAX_LENGTHS["url"], blank=True, default="")
     payload = models.JSONField(default=dict, blank=True)
 
-    timeout_seconds = models.PositiveIntegerField(default=30)
-    max_attempts = models.PositiveIntegerField(default=3)
-    retry_backoff_seconds = models.PositiveIntegerField(default=10)
+    timeout_seconds = models.PositiveIntegerField(
+        default=30, validators=RANGES["timeout_seconds"].validators()
+    )
+    max_attempts = models.PositiveIntegerField(
+        default=3, validators=RANGES["max_attempts"].validators()
+    )
+    retry_backoff_seconds = models.PositiveIntegerField(
+        default=10, validators=RANGES["retry_backoff_seconds"].validators()
+    )
 
     misfire_policy = models.CharField(
         max_length=10, choices=MisfirePolicy.choices, default=MisfirePolicy.SKIP
     )
-    max_catchup = models.PositiveIntegerField(default=3)
-    misfire_grace_seconds = models.PositiveIntegerField(default=60)
+    max_catchup = models.PositiveIntegerField(
+        default=3, validators=RANGES["max_catchup"].validators()
+    )
+    misfire_grace_seconds = models.PositiveIntegerField(
+        default=60, validators=RANGES["misfire_grace_seconds"].validators()
+    )
     overlap_policy = models.CharField(
         max_length=10, choices=OverlapPolicy.choices, default=OverlapPolicy.SKIP
     )
-    jitter_seconds = models.PositiveIntegerField(default=0)
-    pause_after_failures = models.PositiveIntegerField(null=True, blank=True)
+    jitter_seconds = models.PositiveIntegerField(
+        default=0, validators=RANGES["jitter_seconds"].validators()
+    )
+    pause_after_failures = models.PositiveIntegerField(
+        null=True, blank=True, validators=RANGES["pause_after_failures"].validators()
+    )
 
     state = models.CharField(max_length=10, choices=JobState.choices, default=JobState.ACTIVE)
     pause_note = models.CharField(max_length=500, blank=True, default="")

@@ -8,22 +8,14 @@ what is valid. Writes go through the views, which call the model's verbs.
 
 from __future__ import annotations
 
-import json
-
 from django.conf import settings
 from drf_spectacular.utils import OpenApiExample, extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from dispatch.webhooks import UnsafeTargetError, check_url
+from jobs.limits import MAX_LENGTHS, MAX_PAYLOAD_BYTES, RANGES, payload_size
 from jobs.models import Job, JobEvent, JobState, MisfirePolicy, OverlapPolicy, TargetKind
-from jobs.schedules import (
-    MAX_CRON_LENGTH,
-    MAX_INTERVAL_SECONDS,
-    Schedule,
-    ScheduleError,
-    validate_cron,
-    validate_timezone,
-)
+from jobs.schedules import Schedule, ScheduleError, validate_cron, validate_timezone
 from runs.models import RunState
 from scheduler_site.api_fields import (
     AwareDateTimeField,
@@ -34,14 +26,8 @@ from scheduler_site.api_fields import (
     StrictSerializer,
 )
 
-MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_PREVIEW = 100
 SCHEDULE_FIELDS = ("cron", "interval_seconds", "timezone", "start_at")
-
-
-def payload_size(value: object) -> int:
-    """Bytes of the payload as delivered: compact JSON, UTF-8."""
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
 @extend_schema_field({"type": "object", "additionalProperties": True})
@@ -95,16 +81,19 @@ def schedule_errors(
 class ScheduleFieldsMixin(serializers.Serializer):
     """The schedule fields, shared by jobs and the ad hoc schedule preview."""
 
+    # Every bound is read from jobs/limits.py, as the model's and the admin's are.
     cron = StrictCharField(
-        max_length=MAX_CRON_LENGTH,
+        max_length=MAX_LENGTHS["cron"],
         allow_null=True,
         default=None,
         help_text="5-field cron, or @hourly, @daily, @weekly, @monthly, @yearly.",
     )
     interval_seconds = StrictIntegerField(
-        min_value=1, max_value=MAX_INTERVAL_SECONDS, allow_null=True, default=None
+        **RANGES["interval_seconds"].bounds(), allow_null=True, default=None
     )
-    timezone = StrictCharField(max_length=64, default="UTC", help_text="IANA zone name.")
+    timezone = StrictCharField(
+        max_length=MAX_LENGTHS["timezone"], default="UTC", help_text="IANA zone name."
+    )
     start_at = AwareDateTimeField(allow_null=True, default=None)
 
     def validate_cron(self, value):
@@ -166,29 +155,33 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
     }
 
     id = serializers.UUIDField(read_only=True)
-    name = StrictCharField(max_length=200)
+    name = StrictCharField(max_length=MAX_LENGTHS["name"])
     description = StrictCharField(
-        max_length=2000, allow_blank=True, default="", trim_whitespace=False
+        max_length=MAX_LENGTHS["description"], allow_blank=True, default="", trim_whitespace=False
     )
     target_kind = StrictChoiceField(choices=TargetKind.choices, default=TargetKind.WEBHOOK)
     url = StrictCharField(
-        max_length=2000,
+        max_length=MAX_LENGTHS["url"],
         allow_blank=True,
         default="",
         trim_whitespace=False,
         help_text="http or https; required for webhook jobs. Must not reach a private address.",
     )
     payload = PayloadField(default=dict)
-    timeout_seconds = StrictIntegerField(min_value=1, max_value=900, default=30)
-    max_attempts = StrictIntegerField(min_value=1, max_value=20, default=3)
-    retry_backoff_seconds = StrictIntegerField(min_value=1, max_value=3600, default=10)
+    timeout_seconds = StrictIntegerField(**RANGES["timeout_seconds"].bounds(), default=30)
+    max_attempts = StrictIntegerField(**RANGES["max_attempts"].bounds(), default=3)
+    retry_backoff_seconds = StrictIntegerField(
+        **RANGES["retry_backoff_seconds"].bounds(), default=10
+    )
     misfire_policy = StrictChoiceField(choices=MisfirePolicy.choices, default=MisfirePolicy.SKIP)
-    max_catchup = StrictIntegerField(min_value=1, max_value=100, default=3)
-    misfire_grace_seconds = StrictIntegerField(min_value=1, max_value=86_400, default=60)
+    max_catchup = StrictIntegerField(**RANGES["max_catchup"].bounds(), default=3)
+    misfire_grace_seconds = StrictIntegerField(
+        **RANGES["misfire_grace_seconds"].bounds(), default=60
+    )
     overlap_policy = StrictChoiceField(choices=OverlapPolicy.choices, default=OverlapPolicy.SKIP)
-    jitter_seconds = StrictIntegerField(min_value=0, max_value=3600, default=0)
+    jitter_seconds = StrictIntegerField(**RANGES["jitter_seconds"].bounds(), default=0)
     pause_after_failures = StrictIntegerField(
-        min_value=1, max_value=10_000, allow_null=True, default=None
+        **RANGES["pause_after_failures"].bounds(), allow_null=True, default=None
     )
 
     state = serializers.ChoiceField(choices=JobState.choices, read_only=True)

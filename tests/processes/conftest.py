@@ -92,6 +92,10 @@ class ReceiverHandle:
     def reset_stats(self) -> None:
         requests.post(self.url("stats/reset"), timeout=5)
 
+    def release(self) -> None:
+        """Let every delivery to ``/held`` (and any later one) answer 200."""
+        requests.post(self.url("release"), timeout=5)
+
     def entries(self, event: str = "start") -> list[dict]:
         if not self.log_path.exists():
             return []

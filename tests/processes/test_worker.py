@@ -6,13 +6,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import signal
-import time
 
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from dispatch.models import ProcessHeartbeat
 from jobs import crypto
+from runs.leases import DEADLINE_GRACE_SECONDS
 from runs.models import Run
+from scheduler_site.db import db_now
 from tests.factories import make_job
 from tests.processes.conftest import process_env, wait_until
 
@@ -57,7 +59,9 @@ def test_sigkilled_worker_run_is_redelivered_with_the_same_id(owner, processes, 
     # The survivor is already up and polling when the first worker dies.
     processes.manage("work", "--lease-seconds", str(lease), "--name", "survivor")
     first.send_signal(signal.SIGKILL)
-    killed_at = time.time()
+    # On the database clock, which stamps the claims below. Read after the
+    # signal: a test held up here only makes the measured gap shorter.
+    killed_at = db_now()
     first.wait(timeout=10)
 
     wait_until(lambda: finished(run.pk), timeout=60, message="the run to be re-delivered")
@@ -66,11 +70,17 @@ def test_sigkilled_worker_run_is_redelivered_with_the_same_id(owner, processes, 
     starts = wait_until(lambda: len(e := receiver.entries()) >= 2 and e, message="the log")
     assert [e["webhook_id"] for e in starts] == [str(run.pk)] * 2
     assert [e["attempt"] for e in starts] == [1, 2]
-    assert starts[1]["t"] - killed_at <= lease + 1
-    assert list(done.attempts.values_list("number", "outcome", "worker")) == [
+    lost, redelivered = done.attempts.order_by("number")
+    assert [(a.number, a.outcome, a.worker) for a in (lost, redelivered)] == [
         (1, "lease_expired", "doomed"),
         (2, "succeeded", "survivor"),
     ]
+    # PRODUCT.md §6: re-delivered within lease_seconds + 1 s. The product's
+    # own timestamp of the re-delivery is the survivor's claim (the database's
+    # now(), which also closes the lost attempt); the receiver's log time
+    # would add how long a busy machine takes to schedule the receiver.
+    assert redelivered.started_at == lost.finished_at
+    assert redelivered.started_at - killed_at <= dt.timedelta(seconds=lease + 1)
 
 
 @pytest.mark.parametrize("path", ["hang", "trickle"])
@@ -96,7 +106,11 @@ def test_a_receiver_that_never_finishes_times_out_each_attempt_then_fails(
     attempts = list(done.attempts.order_by("number"))
     assert [a.outcome for a in attempts] == ["failed", "failed"]
     for a in attempts:
-        assert 1500 <= a.duration_ms <= 4500  # ended at timeout_seconds, not later
+        # Cut by the timeout: not before it, and before the attempt deadline
+        # (timeout_seconds + grace), which would cut it otherwise. How late
+        # past the timeout the cut lands is the event loop's scheduling, which
+        # a busy machine stretches; the contract allows it up to the deadline.
+        assert 2000 <= a.duration_ms < (2 + DEADLINE_GRACE_SECONDS) * 1000, a.duration_ms
         assert "timed out" in a.error.lower() or "timeout" in a.error.lower()
     wait_until(lambda: len(receiver.entries()) == 2, message="two attempts in the log")
 
@@ -154,21 +168,35 @@ def test_private_targets_are_refused_at_delivery_when_not_allowed(owner, process
 
 
 def test_sigterm_drains_deliveries_in_flight_and_loses_none(owner, processes, receiver):
-    job = make_job(owner, url=receiver.url("slow/2"), overlap_policy="allow")
-    base = Run.objects.create(job=job, scheduled_at=job.created_at, available_at=job.created_at)
-    runs = [base] + [
-        Run.objects.create(
+    # Held until the test releases them: the 40 are in flight together however
+    # slowly this machine starts them, and SIGTERM lands while they are held.
+    job = make_job(owner, url=receiver.url("held"), overlap_policy="allow", timeout_seconds=300)
+    runs = Run.objects.bulk_create(
+        Run(
             job=job,
             scheduled_at=job.created_at + dt.timedelta(seconds=k),
             available_at=job.created_at,
             exclusive=False,
         )
-        for k in range(1, 40)
-    ]
-    Run.objects.filter(pk=base.pk).update(exclusive=False)
-    worker = processes.manage("work", "--lease-seconds", "10", "--concurrency", "100")
-    wait_until(lambda: receiver.stats()["in_flight"] >= 40, timeout=60, message="40 in flight")
-    assert processes.stop(worker, signal.SIGTERM, timeout=60) == 0
+        for k in range(40)
+    )
+    worker = processes.manage(
+        "work", "--lease-seconds", "10", "--concurrency", "100", "--name", "drainer"
+    )
+    wait_until(
+        lambda: receiver.stats()["in_flight"] == 40, timeout=120, message="40 held in flight"
+    )
+    worker.send_signal(signal.SIGTERM)
+    # It has stopped claiming and says so, and it keeps the 40 going.
+    wait_until(
+        lambda: ProcessHeartbeat.objects.filter(name="drainer", stopping=True).exists(),
+        timeout=60,
+        message="the worker to report that it is stopping",
+    )
+    assert worker.poll() is None, "exited with deliveries still in flight"
+    assert receiver.stats()["in_flight"] == 40
+    receiver.release()
+    assert worker.wait(timeout=120) == 0
 
     done = Run.objects.filter(pk__in=[r.pk for r in runs])
     assert sorted(set(done.values_list("state", flat=True))) == ["succeeded"]
@@ -177,7 +205,11 @@ def test_sigterm_drains_deliveries_in_flight_and_loses_none(owner, processes, re
 
 
 def test_one_worker_holds_2000_slow_deliveries_in_flight(owner, processes, receiver):
-    job = make_job(owner, url=receiver.url("slow/2"), overlap_policy="allow", timeout_seconds=60)
+    """The receiver holds every delivery until all 2,000 are open at once, so
+    the count measures the worker's capacity. (With a fixed 2 s answer it
+    measured the machine: all 2,000 had to start within 2 s, and a busy
+    2-core machine managed 1,398.)"""
+    job = make_job(owner, url=receiver.url("held"), overlap_policy="allow", timeout_seconds=900)
     t0 = job.created_at
     Run.objects.bulk_create(
         Run(
@@ -189,13 +221,13 @@ def test_one_worker_holds_2000_slow_deliveries_in_flight(owner, processes, recei
         for k in range(2000)
     )
     worker = processes.manage("work", "--concurrency", "2000", "--lease-seconds", "30")
-    peak = wait_until(
-        lambda: (s := receiver.stats())["max_in_flight"] >= 2000 and s["max_in_flight"],
-        timeout=120,
-        interval=0.2,
-        message="2000 deliveries in flight at once",
+    wait_until(
+        lambda: receiver.stats()["in_flight"] >= 2000,
+        timeout=300,
+        interval=0.5,
+        message="2000 deliveries held open at once",
     )
-    assert peak == 2000
+    assert receiver.stats()["max_in_flight"] == 2000  # and never more than --concurrency
     rss_kb = int(
         next(
             line.split()[1]
@@ -204,9 +236,13 @@ def test_one_worker_holds_2000_slow_deliveries_in_flight(owner, processes, recei
         )
     )
     print(f"worker RSS with 2000 in flight: {rss_kb / 1024:.0f} MB")
+    receiver.release()
+    runs = Run.objects.filter(job=job)
     wait_until(
-        lambda: Run.objects.filter(job=job, state="succeeded").count() == 2000,
-        timeout=120,
+        lambda: runs.filter(state="succeeded").count() == 2000,
+        timeout=300,
         interval=0.5,
         message="all 2000 to succeed",
     )
+    # Its heartbeat kept all 2,000 leases for as long as they were held.
+    assert set(runs.values_list("attempt", flat=True)) == {1}

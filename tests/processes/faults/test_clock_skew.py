@@ -28,12 +28,14 @@ from tests.processes.faults.conftest import (
     drain,
     faketime_env,
     libfaketime_missing,
+    registered,
     stop_all,
 )
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 SKEW = 300  # seconds, both ways
+LEASE = 60  # seconds; an attempt's deadline is 2 * LEASE + 5 s, still under SKEW
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ ")
 
 
@@ -49,20 +51,26 @@ def faketime():
 def test_skewed_application_clocks_neither_double_fire_nor_steal_leases(
     faketime, owner, processes, receiver, since
 ):
-    common = dict(interval_seconds=1, overlap_policy="allow", timeout_seconds=10)
+    common = dict(interval_seconds=1, overlap_policy="allow", timeout_seconds=LEASE * 2)
     jobs = [make_job(owner, url=receiver.url("ok"), **common) for _ in range(30)]
     # Deliveries that hold their lease for a while, for the other worker to covet.
     jobs += [make_job(owner, url=receiver.url("slow/1"), **common) for _ in range(10)]
-    # Leases of 10 s: far shorter than the skew, so a worker that trusted its
-    # own clock would take over every lease of the other one; long enough that
-    # a worker starved of CPU on a busy machine does not honestly lose one.
+    # Leases (and attempt deadlines) far shorter than the skew, so a worker
+    # that trusted its own clock would take over every lease of the other one;
+    # long enough that a worker starved of CPU on a busy machine does not
+    # honestly lose one (10 s was not: both workers lost leases under load).
     wall = {}
     procs = []
     for sign in ("+", "-"):
         env = faketime_env(f"{sign}{SKEW // 60}m")
         wall[sign] = time.time()
-        procs.append(processes.manage("dispatch", env=env, name=f"dispatch{sign}"))
-        procs.append(processes.manage("work", "--lease-seconds", "10", env=env, name=f"work{sign}"))
+        for command, *args in (("dispatch",), ("work", "--lease-seconds", str(LEASE))):
+            name = f"{command}{sign}"
+            procs.append(processes.manage(command, *args, "--name", name, env=env, name=name))
+    # All four up before the window starts: both workers must get deliveries,
+    # however long a busy machine takes to start one of them.
+    for name in ("dispatch+", "work+", "dispatch-", "work-"):
+        wait_until(lambda n=name: registered(n), timeout=60, message=f"{name} to start")
     started = db_now()
     wait_until(
         lambda: db_now() - started >= dt.timedelta(seconds=8),

@@ -55,7 +55,7 @@ def test_sigkilled_dispatchers_mid_batch_neither_lose_nor_double_a_fire(owner, p
             name, proc = running[k]
             wait_until(
                 lambda n=name: in_transaction(n, *IN_BATCH),
-                timeout=30,
+                timeout=60,
                 interval=0.002,
                 message=f"{name} in the middle of a batch",
             )

@@ -12,6 +12,7 @@ import datetime as dt
 
 import pytest
 
+from runs.leases import DEADLINE_GRACE_SECONDS
 from runs.models import Run
 from scheduler_site.db import db_now
 from tests.factories import make_job
@@ -57,7 +58,7 @@ def test_receiver_faults_end_in_their_documented_states(owner, processes, receiv
     processes.manage("work", "--lease-seconds", "10")
     wait_until(
         lambda: Run.objects.filter(job__in=jobs.values()).count() == len(jobs),
-        timeout=30,
+        timeout=60,
         message="one fire of every job",
     )
     drain(jobs.values(), timeout=60, message="every fault to end")
@@ -69,8 +70,11 @@ def test_receiver_faults_end_in_their_documented_states(owner, processes, receiv
         assert [a.outcome for a in run.attempts.order_by("number")] == outcomes, path
         assert error in run.last_error.lower(), (path, run.last_error)
         for a in run.attempts.all():
-            # No attempt outlived its deadline: timeout_seconds (2 s) + slack.
-            assert a.duration_ms is not None and a.duration_ms <= 4500, (path, a.duration_ms)
+            # No attempt outlived its deadline, timeout_seconds (2 s) + grace: the
+            # timeout cut it ("timed out" above), however late a busy machine ran
+            # the timer.
+            assert a.duration_ms is not None, path
+            assert a.duration_ms < (2 + DEADLINE_GRACE_SECONDS) * 1000, (path, a.duration_ms)
     assert Run.objects.get(job=jobs["trickle"]).last_status_code == 200
     assert Run.objects.get(job=jobs["redirect"]).last_status_code == 302
     assert Run.objects.get(job=jobs["big"]).attempts.get().status_code == 200

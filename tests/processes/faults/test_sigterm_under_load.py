@@ -31,7 +31,9 @@ def test_sigterm_under_load_finishes_in_flight_deliveries_and_loses_no_run(
     jobs = [
         make_job(
             owner,
-            url=receiver.url("slow/1.5"),
+            # 3 s each: at 60 fires a second about 180 are in flight, so 60
+            # at once needs only 20 starts a second, even from a busy machine.
+            url=receiver.url("slow/3"),
             interval_seconds=1,
             overlap_policy="allow",
             timeout_seconds=10,
@@ -46,14 +48,16 @@ def test_sigterm_under_load_finishes_in_flight_deliveries_and_loses_no_run(
         )
 
     def terminate_under_load(proc, name: str) -> float:
-        receiver.reset_stats()
+        # Both at one moment: the receiver holds 60 and the database says this
+        # worker holds 60 (read apart, deliveries may finish in between).
         wait_until(
-            lambda: receiver.stats()["in_flight"] >= 60,
-            timeout=30,
+            lambda: (
+                receiver.stats()["in_flight"] >= 60
+                and Run.objects.filter(lease_owner=name, state="running").count() >= 60
+            ),
+            timeout=60,
             message=f"{name} to have 60 deliveries in flight",
         )
-        held = Run.objects.filter(lease_owner=name, state="running").count()
-        assert held >= 60
         t0 = time.monotonic()
         assert processes.stop(proc, signal.SIGTERM, timeout=30) == 0
         took = time.monotonic() - t0
@@ -63,8 +67,7 @@ def test_sigterm_under_load_finishes_in_flight_deliveries_and_loses_no_run(
     took = [terminate_under_load(work("first"), "first")]
     second = work("second")
     # The dispatcher too, with the second worker busy.
-    receiver.reset_stats()
-    wait_until(lambda: receiver.stats()["in_flight"] >= 60, timeout=30, message="load")
+    wait_until(lambda: receiver.stats()["in_flight"] >= 60, timeout=60, message="load")
     assert processes.stop(dispatcher, signal.SIGTERM) == 0
     dispatcher = processes.manage("dispatch", name="dispatch-second")
     took.append(terminate_under_load(second, "second"))

@@ -69,17 +69,17 @@ def test_sigkilled_workers_lose_no_fire_and_every_redelivery_keeps_its_id(
         mode = rng.choices(["first claim", "completion", "random"], weights=[3, 3, 4])[0]
         if mode == "first claim":
             watch = dict(interval=0.001, message=f"{name}'s first claim")
-            wait_until(lambda n=name: in_transaction(n, CLAIM), timeout=30, **watch)
+            wait_until(lambda n=name: in_transaction(n, CLAIM), timeout=60, **watch)
         elif mode == "completion":
             watch = dict(interval=0.001, message=f"{name} writing a completion")
-            wait_until(lambda n=name: in_transaction(n, COMPLETE), timeout=30, **watch)
+            wait_until(lambda n=name: in_transaction(n, COMPLETE), timeout=60, **watch)
         else:
             target = rng.randint(1, 60)
             mode = f"after {target} completions"
-            wait_until(lambda n=name: registered(n), timeout=30, message=f"{name} to start")
+            wait_until(lambda n=name: registered(n), timeout=60, message=f"{name} to start")
             wait_until(
                 lambda n=name, t=target: Attempt.objects.filter(worker=n).count() >= t,
-                timeout=30,
+                timeout=60,
                 interval=0.02,
                 message=f"{name} to complete {target} deliveries",
             )
