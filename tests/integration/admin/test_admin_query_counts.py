@@ -4,7 +4,6 @@ many rows it shows, and the runs list never counts the runs table."""
 from __future__ import annotations
 
 import datetime as dt
-import time
 
 import pytest
 from django.db import connection
@@ -94,12 +93,13 @@ def test_no_query_of_the_runs_list_counts_runs(client, status):
 
 
 @pytest.mark.postgres
-def test_lists_stay_fast_with_10_000_jobs_and_1_000_000_runs(client):
+def test_lists_read_indexes_not_tables_with_10_000_jobs_and_1_000_000_runs(client):
     """Real volumes on PostgreSQL: 10,000 jobs, 1,000,000 runs.
 
-    The assertions are about the plan, not the machine: each page answers
-    within a generous bound, the runs page reads the scheduled_at index
-    instead of scanning the table, and nothing counts the table.
+    The assertions are about the plan, not the machine (page times belong to
+    ``manage.py bench``): every page answers, the runs page reads the
+    scheduled_at index instead of scanning the table, and nothing counts the
+    table.
     """
     owner = make_owner("bulk")
     with connection.cursor() as cur:
@@ -150,20 +150,15 @@ def test_lists_stay_fast_with_10_000_jobs_and_1_000_000_runs(client):
         (EVENTS, {}),
     ]
     for url, params in pages:
-        client.get(url, params)
-        started = time.monotonic()
         with CaptureQueriesContext(connection) as captured:
             response = client.get(url, params)
-        elapsed = time.monotonic() - started
         assert response.status_code == 200
-        assert elapsed < 2.0, (url, params, elapsed)
         if url == RUNS:
             assert not [q for q in captured if "COUNT(" in q["sql"].upper()]
     # The list as owners first see it, and its next pages, walk the
     # scheduled_at index backwards and stop after a page. (A filter that
     # matches almost nothing, such as "late" here, reads the table until the
-    # page fills: within the bound above at this size, and a candidate for a
-    # partial index if tables grow much bigger.)
+    # page fills: a candidate for a partial index if tables grow much bigger.)
     for params in ({}, {"p": 3}):
         with CaptureQueriesContext(connection) as captured:
             client.get(RUNS, params)
