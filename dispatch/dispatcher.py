@@ -2,11 +2,11 @@
 
 ``Dispatcher.tick()`` does one batch in one transaction:
 
-1. Lock up to ``batch_size`` due active jobs (``FOR UPDATE SKIP LOCKED`` on
-   PostgreSQL, so any number of dispatchers share the due set without a
-   leader). On PostgreSQL the commonest case (an interval job with one due
-   fire within grace) is planned, inserted and advanced in one SQL statement
-   first; the rest take the planned path below.
+1. Lock up to ``batch_size`` due active jobs (``FOR UPDATE SKIP LOCKED``,
+   so any number of dispatchers share the due set without a leader). The
+   commonest case (an interval job with one due fire within grace, and
+   nothing for the overlap rule to decide) is inserted and advanced in one
+   SQL statement first; the rest take the planned path below.
 2. Read how many runs each is already running or waiting (overlap policy).
 3. Plan each job's fires up to the database's ``now()`` (dispatch/planning.py:
    misfire and overlap policies, pure).
@@ -35,7 +35,6 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 from dispatch import fleet, queries
 from dispatch.planning import PENDING, plan_job
 from jobs.schedules import jitter_offset
-from scheduler_site.db import is_postgres
 
 log = logging.getLogger("punctual.dispatch")
 
@@ -90,12 +89,11 @@ class Dispatcher:
         with transaction.atomic():
             now = now or queries.db_now()
             fast = TickResult(now=now)
-            if is_postgres():
-                fast.jobs, fast.created = queries.dispatch_simple_intervals(
-                    now, self.batch_size, self.shard
-                )
-                if fast.jobs >= self.batch_size:
-                    return fast
+            fast.jobs, fast.created = queries.dispatch_simple_intervals(
+                now, self.batch_size, self.shard
+            )
+            if fast.jobs >= self.batch_size:
+                return fast
             due = queries.lock_due_jobs(now, self.batch_size - fast.jobs, self.shard)
             if not due:
                 return fast
@@ -175,10 +173,10 @@ class Dispatcher:
             log.info("auto-resumed", extra={"job_id": str(job.pk)})
 
     def _reap_and_prune(self) -> None:
-        from runs import leases, retention
+        from runs import outcomes, retention
 
         now = queries.db_now()
-        leases.fail_exhausted(now)
+        outcomes.fail_exhausted(now)
         cutoff = now - dt.timedelta(days=settings.PUNCTUAL_RUN_RETENTION_DAYS)
         # Keep up with the fire rate (2k fires/s is 10k runs per round), but
         # never spend more than PRUNE_BUDGET seconds away from dispatching.

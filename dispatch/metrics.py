@@ -10,17 +10,16 @@ process answers the same values. Each query is cheap on big tables:
 - ``punctual_runs{state}``: ``pending``, ``running`` and ``retrying`` are
   counted exactly (``run_active_idx`` holds only those rows, and the active set
   is small by design). The terminal states are counted exactly while the runs
-  table is at most ``EXACT_COUNT_PAGES`` pages (about 60 MB). Past that, on
-  PostgreSQL, they are estimated from the planner statistics (table size x the
-  state's frequency in ``pg_stats``), ``punctual_runs_estimated`` is 1, and
-  they are as fresh as the last ANALYZE. SQLite (one host, small tables) is
-  always counted exactly.
+  table is at most ``EXACT_COUNT_PAGES`` pages (about 60 MB). Past that, they
+  are estimated from the planner statistics (table size x the state's
+  frequency in ``pg_stats``), ``punctual_runs_estimated`` is 1, and they are
+  as fresh as the last ANALYZE.
 - ``punctual_oldest_pending_seconds{target_kind}``: how long the oldest due
   waiting run (pending or retrying, ``available_at <= now``) has waited; the
   claim indexes give the minimum directly.
 - ``punctual_deliveries_total{outcome}`` and the ``punctual_delivery_seconds``
   histogram: counters that workers persist in ``DeliveryStat``, one upsert per
-  completed batch (``record_deliveries``, called by ``runs.leases.complete``).
+  completed batch (``record_deliveries``, called by ``runs.outcomes.complete``).
 - ``punctual_processes{kind}``: dispatchers and workers seen within 30 s.
 - ``punctual_database_up``: 0 when the database did not answer; the other
   series are then left out of that scrape rather than reported as zeros.
@@ -53,7 +52,7 @@ from prometheus_client.utils import floatToGoString
 from dispatch import fleet
 from dispatch.health import dispatch_lag_seconds
 from dispatch.models import DeliveryStat, ProcessHeartbeat, ProcessKind
-from scheduler_site.db import db_now, is_postgres
+from scheduler_site.db import db_now, dict_cursor
 
 log = logging.getLogger("punctual.metrics")
 
@@ -99,14 +98,31 @@ def bucket_of(duration_ms: int | None) -> int:
     return bisect.bisect_left(BUCKETS, duration_ms / 1000)
 
 
+# Worker complete loop and the pull API's complete (runs/outcomes.py), in the
+# completion's transaction. Adding in SQL (not writing a value read earlier)
+# means two workers on one shard never lose each other's counts; the rows are
+# inserted in the order given (WITH ORDINALITY), which is what keeps two
+# batches on one shard from deadlocking.
+RECORD_DELIVERIES = """
+    INSERT INTO dispatch_deliverystat AS s (shard, outcome, bucket, deliveries, duration_ms)
+    SELECT %(shard)s, d.outcome, d.bucket, d.deliveries, d.duration_ms
+    FROM unnest(%(outcomes)s::text[], %(buckets)s::int[], %(deliveries)s::bigint[],
+                %(durations)s::bigint[]) WITH ORDINALITY
+         AS d(outcome, bucket, deliveries, duration_ms, n)
+    ORDER BY d.n
+    ON CONFLICT (shard, outcome, bucket) DO UPDATE SET
+        deliveries = s.deliveries + excluded.deliveries,
+        duration_ms = s.duration_ms + excluded.duration_ms
+"""
+
+
 def record_deliveries(results: Iterable) -> int:
     """Add a batch of completed attempts to the delivery counters.
 
-    ``results`` are ``runs.leases.Result`` (``attempt_outcome``,
-    ``duration_ms``). One INSERT ... ON CONFLICT DO UPDATE statement per batch,
-    on PostgreSQL and SQLite alike; call it inside the completion's
-    transaction so the counters commit with the runs they count. Returns the
-    number of counter rows written.
+    ``results`` are ``runs.outcomes.Result`` (``attempt_outcome``,
+    ``duration_ms``). One INSERT ... ON CONFLICT DO UPDATE statement per batch;
+    call it inside the completion's transaction so the counters commit with
+    the runs they count. Returns the number of counter rows written.
     """
     counts: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
     for r in results:
@@ -120,19 +136,16 @@ def record_deliveries(results: Iterable) -> int:
     # order and cannot deadlock.
     shard = os.getpid() % STAT_SHARDS
     rows = sorted(counts.items())
-    table = DeliveryStat._meta.db_table
-    values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(rows))
-    params: list[object] = []
-    for (outcome, bucket), (n, ms) in rows:
-        params += [shard, outcome, bucket, n, ms]
     with connection.cursor() as cur:
         cur.execute(
-            f"INSERT INTO {table} (shard, outcome, bucket, deliveries, duration_ms)"
-            f" VALUES {values}"
-            " ON CONFLICT (shard, outcome, bucket) DO UPDATE SET"
-            f" deliveries = {table}.deliveries + excluded.deliveries,"
-            f" duration_ms = {table}.duration_ms + excluded.duration_ms",
-            params,
+            RECORD_DELIVERIES,
+            {
+                "shard": shard,
+                "outcomes": [outcome for (outcome, _), _ in rows],
+                "buckets": [bucket for (_, bucket), _ in rows],
+                "deliveries": [n for _, (n, _) in rows],
+                "durations": [ms for _, (_, ms) in rows],
+            },
         )
     return len(rows)
 
@@ -149,13 +162,28 @@ def _run_counts() -> tuple[dict[str, int], bool]:
     counts = dict.fromkeys(RUN_STATES, 0)
     active = Run.objects.filter(state__in=ACTIVE).values("state").annotate(n=Count("id"))
     counts.update({row["state"]: row["n"] for row in active})
-    estimate = _estimated_terminal_counts() if is_postgres() else None
+    estimate = _estimated_terminal_counts()
     if estimate is None:
         terminal = Run.objects.filter(state__in=TERMINAL).values("state").annotate(n=Count("id"))
         counts.update({row["state"]: row["n"] for row in terminal})
         return counts, False
     counts.update(estimate)
     return counts, True
+
+
+# The scrape, past EXACT_COUNT_PAGES: the planner's row estimate of runs_run
+# at the last ANALYZE, and its size in pages now.
+RUNS_TABLE_SIZE = """
+    SELECT c.reltuples, c.relpages,
+           pg_relation_size(c.oid) / current_setting('block_size')::int AS pages
+    FROM pg_class AS c WHERE c.oid = 'runs_run'::regclass
+"""
+# The scrape: each run state's share of the table at the last ANALYZE.
+RUN_STATE_FREQUENCIES = """
+    SELECT most_common_vals::text::text[] AS vals, most_common_freqs AS freqs
+    FROM pg_stats
+    WHERE schemaname = current_schema() AND tablename = 'runs_run' AND attname = 'state'
+"""
 
 
 def _estimated_terminal_counts() -> dict[str, int] | None:
@@ -166,25 +194,17 @@ def _estimated_terminal_counts() -> dict[str, int] | None:
     common values of ``pg_stats``. Returns None while the table is small enough
     to count, or when it has never been analysed.
     """
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT c.reltuples, c.relpages,"
-            " pg_relation_size(c.oid) / current_setting('block_size')::int"
-            " FROM pg_class c WHERE c.oid = 'runs_run'::regclass"
-        )
-        reltuples, relpages, pages = cur.fetchone()
-        if pages <= EXACT_COUNT_PAGES or reltuples < 0 or relpages <= 0:
+    with dict_cursor() as cur:
+        cur.execute(RUNS_TABLE_SIZE)
+        size = cur.fetchone()
+        if size["pages"] <= EXACT_COUNT_PAGES or size["reltuples"] < 0 or size["relpages"] <= 0:
             return None
-        cur.execute(
-            "SELECT most_common_vals::text::text[], most_common_freqs FROM pg_stats"
-            " WHERE schemaname = current_schema() AND tablename = 'runs_run'"
-            " AND attname = 'state'"
-        )
+        cur.execute(RUN_STATE_FREQUENCIES)
         row = cur.fetchone()
-    if row is None or row[0] is None:
+    if row is None or row["vals"] is None:
         return None
-    total = reltuples / relpages * pages
-    freqs = dict(zip(row[0], row[1], strict=True))
+    total = size["reltuples"] / size["relpages"] * size["pages"]
+    freqs = dict(zip(row["vals"], row["freqs"], strict=True))
     return {state: round(total * freqs.get(state, 0.0)) for state in TERMINAL}
 
 

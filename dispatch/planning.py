@@ -73,6 +73,21 @@ class Plan:
         return sum(1 for r in self.runs if r.state == state)
 
 
+# How many runs of a job may be active before overlap skips a new fire: under
+# ``skip`` the one active run; under ``queue`` the active run and one waiting
+# behind it. ``allow`` has no limit.
+OVERLAP_LIMITS = {"skip": 1, "queue": 2}
+
+
+def overlap_skips(policy: str, active_runs: int) -> bool:
+    """The overlap rule (PRODUCT.md §3): is a fire skipped, given the job's
+    active runs? The only statement of it: the dispatcher's SQL fast path
+    (dispatch/queries.py, NOTHING_FOR_OVERLAP_TO_DECIDE) takes only jobs for
+    which this is False whatever the policy (``allow``, or no active run)."""
+    limit = OVERLAP_LIMITS.get(policy)
+    return limit is not None and active_runs >= limit
+
+
 def _due_fires(job: DueJob, now: dt.datetime) -> tuple[list[dt.datetime], int, dt.datetime | None]:
     """Fires in [next_fire_at, now], ascending, keeping only the tail that can
     matter (the rest is returned as a count), and the first fire after now.
@@ -142,9 +157,7 @@ def plan_job(job: DueJob, now: dt.datetime, active_runs: int) -> Plan:
         plan.runs.append(PlannedRun(fire, CATCH_UP, PENDING))
         active += 1
     for fire in on_time:
-        if job.overlap_policy == "skip" and active > 0:
-            plan.runs.append(PlannedRun(fire, SCHEDULED, SKIPPED, "overlap"))
-        elif job.overlap_policy == "queue" and active > 1:
+        if overlap_skips(job.overlap_policy, active):
             plan.runs.append(PlannedRun(fire, SCHEDULED, SKIPPED, "overlap"))
         else:
             plan.runs.append(PlannedRun(fire, SCHEDULED, PENDING))

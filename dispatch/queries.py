@@ -1,32 +1,32 @@
 """The dispatcher's SQL, in one place (CONVENTIONS.md example 8).
 
 The ORM stays off this path: a tick locks up to ``batch_size`` due jobs, and
-writes all their runs and next fires in one statement, one commit per batch.
-PostgreSQL gets set-based SQL over ``unnest`` arrays; SQLite (the embedded,
-single-host default) gets the same logic with ``executemany``, and relies on its
-IMMEDIATE write lock instead of row locks.
+writes all their runs and next fires in one statement over ``unnest`` arrays,
+one commit per batch. Each statement says which loop runs it and which race
+its guard prevents; rows are read by column name.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Sequence
 
-from django.db import connection
-
 from dispatch.planning import DueJob
-from scheduler_site.db import adapt_dt, adapt_uuid, is_postgres, parse_dt, parse_uuid
 from scheduler_site.db import db_now as _db_now
+from scheduler_site.db import dict_cursor
 
+# The columns of DueJob, in its field names.
 _DUE_COLUMNS = """
     id, cron, interval_seconds, timezone, start_at, created_at, next_fire_at,
     misfire_policy, max_catchup, misfire_grace_seconds, overlap_policy,
     jitter_seconds, max_attempts, target_kind
 """
 
-# Uses job_due_idx. SKIP LOCKED lets several dispatchers share the due set:
-# each takes a disjoint batch, and none waits on another's locks.
-LOCK_DUE_JOBS_PG = f"""
+# Dispatcher tick, planned path (uses job_due_idx). SKIP LOCKED lets several
+# dispatchers share the due set: each takes a disjoint batch, so no fire is
+# planned by two of them at once, and none waits on another's locks.
+LOCK_DUE_JOBS = f"""
     SELECT {_DUE_COLUMNS}
     FROM jobs_job
     WHERE state = 'active' AND next_fire_at <= %(now)s {{shard}}
@@ -34,27 +34,22 @@ LOCK_DUE_JOBS_PG = f"""
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 """
-SHARD_FILTER_PG = "AND mod(hashtext(id::text) & 2147483647, %(shards)s) = %(shard)s"
+SHARD_FILTER = "AND mod(hashtext(id::text) & 2147483647, %(shards)s) = %(shard)s"
 
-LOCK_DUE_JOBS_SQLITE = f"""
-    SELECT {_DUE_COLUMNS}
-    FROM jobs_job
-    WHERE state = 'active' AND next_fire_at <= %(now)s
-    ORDER BY next_fire_at
-    LIMIT %(limit)s
-"""
-
-ACTIVE_COUNTS_PG = """
-    SELECT job_id, count(*) FROM runs_run
-    WHERE job_id = ANY(%s::uuid[]) AND state IN ('pending', 'running', 'retrying')
+# Dispatcher tick, planned path: the runs each exclusive job already has
+# active, the input of the overlap rule (uses run_active_idx). Read after the
+# jobs are locked, so no other dispatcher adds a fire of these jobs meanwhile.
+ACTIVE_COUNTS = """
+    SELECT job_id, count(*) AS active FROM runs_run
+    WHERE job_id = ANY(%(ids)s::uuid[]) AND state IN ('pending', 'running', 'retrying')
     GROUP BY job_id
 """
 
-# Insert the batch's runs and advance the jobs in one statement. ON CONFLICT
-# makes a fire that another dispatcher (or a crashed earlier tick that did
-# commit) already inserted a no-op: the unique key is the guarantee, not this
-# code.
-INSERT_RUNS_AND_ADVANCE_PG = """
+# Dispatcher tick, planned path: insert the batch's runs and advance the jobs
+# in one statement. ON CONFLICT makes a fire that another dispatcher (or a
+# crashed earlier tick that did commit) already inserted a no-op: the unique
+# key is the guarantee against a duplicate fire, not this code.
+INSERT_RUNS_AND_ADVANCE = """
     WITH ins AS (
         INSERT INTO runs_run (
             id, job_id, scheduled_at, kind, state, reason, attempt, max_attempts,
@@ -78,71 +73,69 @@ INSERT_RUNS_AND_ADVANCE_PG = """
         FROM unnest(%(adv_ids)s::uuid[], %(adv_next)s::timestamptz[]) AS a(id, nxt)
         WHERE j.id = a.id
     )
-    SELECT state, count(*) FROM ins GROUP BY state
+    SELECT state, count(*) AS runs FROM ins GROUP BY state
 """
 
-# The fast path, entirely in SQL, for the commonest due job: an interval job
-# without jitter whose one due fire is within its grace. Lock, insert (with the
-# overlap policy applied from run_active_idx) and advance in one statement;
-# everything else (cron, several due fires, misfires, jitter) is left due for
-# the planned path in Python. Measured on PostgreSQL this is what makes the
+# The fast path's share of the overlap rule. The rule itself is stated once,
+# in dispatch/planning.py (overlap_skips): a fire is never skipped while its
+# job has no active run, nor under overlap ``allow``. So the fast path takes
+# only such jobs, where every fire is pending whatever the policy; a job with
+# an active run under skip/queue stays due, and the planned path decides it.
+NOTHING_FOR_OVERLAP_TO_DECIDE = """
+    (overlap_policy = 'allow' OR NOT EXISTS (
+        SELECT 1 FROM runs_run AS a
+        WHERE a.job_id = jobs_job.id AND a.state IN ('pending', 'running', 'retrying')))
+"""
+
+# Dispatcher tick, fast path, entirely in SQL, for the commonest due job: an
+# interval job without jitter whose one due fire is within its grace, and
+# nothing for the overlap rule to decide. Lock, insert and advance in one
+# statement; everything else (cron, several due fires, misfires, jitter, an
+# active run under skip/queue) is left due for the planned path in Python.
+# SKIP LOCKED and ON CONFLICT guard as in LOCK_DUE_JOBS and
+# INSERT_RUNS_AND_ADVANCE. Measured on PostgreSQL this is what makes the
 # dispatcher's cost track the due work (PERFORMANCE.md).
-DISPATCH_SIMPLE_INTERVALS_PG = """
+DISPATCH_SIMPLE_INTERVALS = f"""
     WITH due AS (
         SELECT id, next_fire_at, interval_seconds, overlap_policy, max_attempts, target_kind
         FROM jobs_job
-        WHERE state = 'active' AND next_fire_at <= %(now)s {shard}
+        WHERE state = 'active' AND next_fire_at <= %(now)s {{shard}}
           AND interval_seconds IS NOT NULL AND jitter_seconds = 0
           AND next_fire_at + make_interval(secs => interval_seconds) > %(now)s
           AND next_fire_at >= %(now)s - make_interval(secs => misfire_grace_seconds)
+          AND {NOTHING_FOR_OVERLAP_TO_DECIDE}
         ORDER BY next_fire_at
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
-    ), planned AS MATERIALIZED (
-        SELECT due.*, CASE
-            WHEN overlap_policy = 'allow' THEN 'pending'
-            WHEN (SELECT count(*) FROM runs_run AS a
-                  WHERE a.job_id = due.id AND a.state IN ('pending', 'running', 'retrying'))
-                 >= CASE WHEN overlap_policy = 'queue' THEN 2 ELSE 1 END THEN 'skipped'
-            ELSE 'pending' END AS state
-        FROM due
     ), ins AS (
         INSERT INTO runs_run (
             id, job_id, scheduled_at, kind, state, reason, attempt, max_attempts,
             available_at, lease_owner, created_at, finished_at, last_error,
             target_kind, exclusive
         )
-        SELECT gen_random_uuid(), p.id, p.next_fire_at, 'scheduled', p.state,
-               CASE WHEN p.state = 'skipped' THEN 'overlap' ELSE '' END, 0, p.max_attempts,
-               CASE WHEN p.state = 'pending' THEN p.next_fire_at END, '', %(now)s,
-               CASE WHEN p.state = 'skipped' THEN %(now)s END, '',
-               p.target_kind, p.overlap_policy <> 'allow'
-        FROM planned AS p
+        SELECT gen_random_uuid(), due.id, due.next_fire_at, 'scheduled', 'pending', '', 0,
+               due.max_attempts, due.next_fire_at, '', %(now)s, NULL, '',
+               due.target_kind, due.overlap_policy <> 'allow'
+        FROM due
         ON CONFLICT (job_id, scheduled_at) DO NOTHING
-        RETURNING state
+        RETURNING 1
     ), adv AS (
         UPDATE jobs_job AS j
         SET next_fire_at = due.next_fire_at + make_interval(secs => due.interval_seconds)
         FROM due WHERE j.id = due.id
         RETURNING 1
     )
-    SELECT (SELECT count(*) FROM adv), state, count(*) FROM ins GROUP BY state
+    SELECT (SELECT count(*) FROM adv) AS jobs, (SELECT count(*) FROM ins) AS runs
 """
 
-INSERT_RUN_SQLITE = """
-    INSERT INTO runs_run (
-        id, job_id, scheduled_at, kind, state, reason, attempt, max_attempts,
-        available_at, lease_owner, created_at, finished_at, last_error,
-        target_kind, exclusive
-    ) VALUES (%s, %s, %s, %s, %s, %s, 0, %s, %s, '', %s, %s, '', %s, %s)
-    ON CONFLICT (job_id, scheduled_at) DO NOTHING
+# Dispatcher loop and the lag sample: the earliest next fire (uses job_due_idx).
+EARLIEST_NEXT_FIRE = """
+    SELECT min(next_fire_at) AS earliest FROM jobs_job WHERE state = 'active'
 """
-ADVANCE_JOB_SQLITE = "UPDATE jobs_job SET next_fire_at = %s WHERE id = %s"
-
-EARLIEST_NEXT_FIRE = "SELECT min(next_fire_at) FROM jobs_job WHERE state = 'active'"
-# One round trip for the loop's "how long may I sleep?" (uses job_due_idx).
-SECONDS_TO_EARLIEST_PG = """
-    SELECT extract(epoch FROM min(next_fire_at) - statement_timestamp())
+# Dispatcher loop: "how long may I sleep?" in one round trip, by the database
+# clock, so a skewed host clock cannot make it sleep past a fire.
+SECONDS_TO_EARLIEST = """
+    SELECT extract(epoch FROM min(next_fire_at) - statement_timestamp()) AS wait
     FROM jobs_job WHERE state = 'active'
 """
 
@@ -153,77 +146,40 @@ def db_now() -> dt.datetime:
     return _db_now()
 
 
+def _shard(params: dict, shard: tuple[int, int] | None) -> str:
+    if not shard:
+        return ""
+    params.update(shard=shard[0], shards=shard[1])
+    return SHARD_FILTER
+
+
 def lock_due_jobs(
     now: dt.datetime, limit: int, shard: tuple[int, int] | None = None
 ) -> list[DueJob]:
-    params = {"now": adapt_dt(now), "limit": limit}
-    with connection.cursor() as cur:
-        if is_postgres():
-            shard_sql = ""
-            if shard:
-                shard_sql = SHARD_FILTER_PG
-                params.update(shard=shard[0], shards=shard[1])
-            cur.execute(LOCK_DUE_JOBS_PG.format(shard=shard_sql), params)
-        else:
-            cur.execute(LOCK_DUE_JOBS_SQLITE, params)
-        rows = cur.fetchall()
-    jobs = []
-    for r in rows:
-        jobs.append(
-            DueJob(
-                id=parse_uuid(r[0]),
-                cron=r[1],
-                interval_seconds=r[2],
-                timezone=r[3],
-                start_at=parse_dt(r[4]),
-                created_at=parse_dt(r[5]),
-                next_fire_at=parse_dt(r[6]),
-                misfire_policy=r[7],
-                max_catchup=r[8],
-                misfire_grace_seconds=r[9],
-                overlap_policy=r[10],
-                jitter_seconds=r[11],
-                max_attempts=r[12],
-                target_kind=r[13],
-            )
-        )
-    if shard and not is_postgres():
-        jobs = [j for j in jobs if j.id.int % shard[1] == shard[0]]
-    return jobs
+    params: dict = {"now": now, "limit": limit}
+    with dict_cursor() as cur:
+        cur.execute(LOCK_DUE_JOBS.format(shard=_shard(params, shard)), params)
+        return [DueJob(**row) for row in cur.fetchall()]
 
 
 def dispatch_simple_intervals(
     now: dt.datetime, limit: int, shard: tuple[int, int] | None = None
 ) -> tuple[int, dict[str, int]]:
-    """The SQL fast path (PostgreSQL only): returns (jobs advanced, runs by state)."""
-    params = {"now": now, "limit": limit}
-    shard_sql = ""
-    if shard:
-        shard_sql = SHARD_FILTER_PG
-        params.update(shard=shard[0], shards=shard[1])
-    with connection.cursor() as cur:
-        cur.execute(DISPATCH_SIMPLE_INTERVALS_PG.format(shard=shard_sql), params)
-        rows = cur.fetchall()
-    if not rows:
-        return 0, {}
-    return rows[0][0], {state: n for _, state, n in rows}
+    """The SQL fast path: returns (jobs advanced, runs created by state)."""
+    params: dict = {"now": now, "limit": limit}
+    with dict_cursor() as cur:
+        cur.execute(DISPATCH_SIMPLE_INTERVALS.format(shard=_shard(params, shard)), params)
+        row = cur.fetchone()
+    return row["jobs"], ({"pending": row["runs"]} if row["runs"] else {})
 
 
-def active_counts(job_ids: Sequence) -> dict:
+def active_counts(job_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
     """Runs pending, running or retrying per job (uses run_active_idx)."""
     if not job_ids:
         return {}
-    with connection.cursor() as cur:
-        if is_postgres():
-            cur.execute(ACTIVE_COUNTS_PG, [list(job_ids)])
-        else:
-            marks = ", ".join(["%s"] * len(job_ids))
-            cur.execute(
-                "SELECT job_id, count(*) FROM runs_run WHERE job_id IN (" + marks + ")"
-                " AND state IN ('pending', 'running', 'retrying') GROUP BY job_id",
-                [adapt_uuid(j) for j in job_ids],
-            )
-        return {parse_uuid(job_id): n for job_id, n in cur.fetchall()}
+    with dict_cursor() as cur:
+        cur.execute(ACTIVE_COUNTS, {"ids": list(job_ids)})
+        return {row["job_id"]: row["active"] for row in cur.fetchall()}
 
 
 def insert_runs_and_advance(
@@ -235,69 +191,36 @@ def insert_runs_and_advance(
     available_at, finished_at, target_kind, exclusive).
     ``advances`` rows: (job_id, next_fire_at).
     """
-    if is_postgres():
-        cols = list(zip(*runs, strict=True)) if runs else [[]] * 10
-        params = {
-            "now": now,
-            "job_ids": list(cols[0]),
-            "scheduled": list(cols[1]),
-            "kinds": list(cols[2]),
-            "states": list(cols[3]),
-            "reasons": list(cols[4]),
-            "max_attempts": list(cols[5]),
-            "available": list(cols[6]),
-            "finished": list(cols[7]),
-            "targets": list(cols[8]),
-            "exclusive": list(cols[9]),
-            "adv_ids": [a[0] for a in advances],
-            "adv_next": [a[1] for a in advances],
-        }
-        with connection.cursor() as cur:
-            cur.execute(INSERT_RUNS_AND_ADVANCE_PG, params)
-            return dict(cur.fetchall())
-
-    import uuid
-
-    inserted: dict[str, int] = {}
-    with connection.cursor() as cur:
-        for job_id, sched, kind, state, reason, max_att, avail, fin, target, excl in runs:
-            cur.execute(
-                INSERT_RUN_SQLITE,
-                [
-                    uuid.uuid4().hex,
-                    adapt_uuid(job_id),
-                    adapt_dt(sched),
-                    kind,
-                    state,
-                    reason,
-                    max_att,
-                    adapt_dt(avail),
-                    adapt_dt(now),
-                    adapt_dt(fin),
-                    target,
-                    excl,
-                ],
-            )
-            if cur.rowcount:
-                inserted[state] = inserted.get(state, 0) + 1
-        cur.executemany(
-            ADVANCE_JOB_SQLITE, [(adapt_dt(nxt), adapt_uuid(job_id)) for job_id, nxt in advances]
-        )
-    return inserted
+    cols = list(zip(*runs, strict=True)) if runs else [()] * 10
+    params = {
+        "now": now,
+        "job_ids": list(cols[0]),
+        "scheduled": list(cols[1]),
+        "kinds": list(cols[2]),
+        "states": list(cols[3]),
+        "reasons": list(cols[4]),
+        "max_attempts": list(cols[5]),
+        "available": list(cols[6]),
+        "finished": list(cols[7]),
+        "targets": list(cols[8]),
+        "exclusive": list(cols[9]),
+        "adv_ids": [a[0] for a in advances],
+        "adv_next": [a[1] for a in advances],
+    }
+    with dict_cursor() as cur:
+        cur.execute(INSERT_RUNS_AND_ADVANCE, params)
+        return {row["state"]: row["runs"] for row in cur.fetchall()}
 
 
 def seconds_to_earliest_fire() -> float | None:
     """Seconds from the database's now to the earliest next fire (None: no job)."""
-    if is_postgres():
-        with connection.cursor() as cur:
-            cur.execute(SECONDS_TO_EARLIEST_PG)
-            value = cur.fetchone()[0]
-        return None if value is None else float(value)
-    earliest = earliest_next_fire()
-    return None if earliest is None else (earliest - db_now()).total_seconds()
+    with dict_cursor() as cur:
+        cur.execute(SECONDS_TO_EARLIEST)
+        wait = cur.fetchone()["wait"]
+    return None if wait is None else float(wait)
 
 
 def earliest_next_fire() -> dt.datetime | None:
-    with connection.cursor() as cur:
+    with dict_cursor() as cur:
         cur.execute(EARLIEST_NEXT_FIRE)
-        return parse_dt(cur.fetchone()[0])
+        return cur.fetchone()["earliest"]

@@ -13,7 +13,7 @@ Four loops share the state:
   slot or the poll interval;
 - deliver: one task per run (dispatch/webhooks.py does the HTTP);
 - complete: every COMPLETE_EVERY seconds, write all finished results in one
-  fenced statement (runs/leases.py);
+  fenced statement (runs/outcomes.py);
 - heartbeat: every lease/3 seconds, extend every held lease in one statement.
   A lease reported lost cancels its delivery: someone else owns the run now.
 
@@ -33,15 +33,16 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, connections
 
 from dispatch import fleet, webhooks
 from jobs import crypto
-from runs import leases
-from runs.retry import Outcome, next_retry_delay
+from runs import leases, outcomes
+from runs.after_attempt import after_attempt
+from runs.retry import Outcome
 
 log = logging.getLogger("punctual.worker")
 
@@ -76,41 +77,30 @@ def decide(
     started_at: dt.datetime | None,
     now: dt.datetime,
     rng: random.Random,
-) -> leases.Result:
-    """Turn one attempt's outcome into the run's next state (pure)."""
-    base = dict(
+) -> outcomes.Result:
+    """One webhook attempt's outcome, as the result to write (runs/after_attempt.py
+    decides the run's next state)."""
+    decision = after_attempt(
+        result.outcome,
+        attempt=claimed.attempt,
+        max_attempts=claimed.max_attempts,
+        backoff_seconds=claimed.retry_backoff_seconds,
+        now=now,
+        rng=rng,
+        status_code=result.status_code,
+        retry_after=result.retry_after,
+        gone=result.gone,
+    )
+    succeeded = result.outcome is Outcome.SUCCESS
+    return outcomes.Result(
         run_id=claimed.run_id,
         job_id=claimed.job_id,
         attempt=claimed.attempt,
         status_code=result.status_code,
+        error=result.excerpt[:500] if succeeded else (result.error or result.excerpt),
         started_at=started_at,
         duration_ms=result.duration_ms,
-        gone=result.gone,
-    )
-    if result.outcome is Outcome.SUCCESS:
-        return leases.Result(
-            state="succeeded", attempt_outcome="succeeded", error=result.excerpt[:500], **base
-        )
-    error = result.error or result.excerpt
-    if result.outcome is Outcome.RETRYABLE and claimed.attempt < claimed.max_attempts:
-        delay = next_retry_delay(
-            claimed.attempt,
-            claimed.retry_backoff_seconds,
-            result.status_code,
-            result.retry_after,
-            now,
-            rng,
-        )
-        return leases.Result(
-            state="retrying", retry_in=delay, attempt_outcome="failed", error=error, **base
-        )
-    reason = "attempts exhausted" if result.outcome is Outcome.RETRYABLE else "permanent error"
-    return leases.Result(
-        state="failed",
-        reason=reason,
-        attempt_outcome="failed" if result.outcome is Outcome.RETRYABLE else "permanent",
-        error=error,
-        **base,
+        **asdict(decision),
     )
 
 
@@ -141,7 +131,7 @@ class Worker:
         self.rng = random.Random()
         self.held: dict[uuid.UUID, _Held] = {}
         self.in_flight = 0
-        self.results: list[leases.Result] = []
+        self.results: list[outcomes.Result] = []
         self.delivered = 0
         self.stopping = threading.Event()
         self._secrets: dict[tuple, list[str]] = {}
@@ -262,7 +252,7 @@ class Worker:
             return 0
         batch, self.results = self.results, []
         try:
-            done = await self._db(leases.complete, self.name, batch)
+            done = await self._db(outcomes.complete, self.name, batch)
         except DatabaseError as exc:
             log.warning("complete failed: database unavailable", extra={"error": str(exc)})
             self.results = batch + self.results
@@ -272,7 +262,7 @@ class Worker:
             self.held.pop(r.run_id, None)
         self.delivered += len(done.applied)
         if done.pauses:
-            await self._db(leases.apply_pauses, done.pauses)
+            await self._db(outcomes.apply_pauses, done.pauses)
         return len(batch)
 
     async def _complete_loop(self) -> None:
@@ -392,7 +382,7 @@ class Worker:
 
         if claimed:
             asyncio.run(deliver_all())
-        done = leases.complete(self.name, self.results)
+        done = outcomes.complete(self.name, self.results)
         self.results = []
-        leases.apply_pauses(done.pauses)
+        outcomes.apply_pauses(done.pauses)
         return len(claimed)

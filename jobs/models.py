@@ -67,10 +67,6 @@ class JobQuerySet(models.QuerySet):
             return qs
         return qs.filter(owner=user)
 
-    def due(self, now: dt.datetime) -> JobQuerySet:
-        """Active jobs whose next fire is at or before ``now`` (uses job_due_idx)."""
-        return self.filter(state=JobState.ACTIVE, next_fire_at__lte=now)
-
     def failing(self) -> JobQuerySet:
         return self.filter(consecutive_failures__gt=0)
 

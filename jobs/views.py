@@ -277,7 +277,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
     def _trigger(self, request: Request) -> Response:
         with transaction.atomic():
             job = self.get_job(lock=True)
-            run = _trigger(job, request.user)
+            run = job.trigger(actor=request.user, channel=Channel.API)
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -361,21 +361,6 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         job = self.get_job()
         queryset = Run.objects.for_owner(request.user).filter(job=job).select_related("job")
         return runs_response(self, request, queryset)
-
-
-def _trigger(job: Job, actor) -> Run:
-    """job.trigger(), tolerating a collision of its scheduled_at (the database's
-    now) with an existing fire: SQLite's clock has millisecond resolution, so a
-    trigger can land on a scheduled fire's exact instant. The next try reads a
-    later now."""
-    for attempt in range(3):
-        try:
-            with transaction.atomic():
-                return job.trigger(actor=actor, channel=Channel.API)
-        except IntegrityError:
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
 
 
 class SchedulePreviewView(ApiViewMixin, APIView):

@@ -2,8 +2,9 @@
 
 A run's id is the fire's identity: every delivery attempt carries it as
 ``webhook-id`` and ``Idempotency-Key``. State changes on the hot path (claim,
-heartbeat, complete) are guarded set-based SQL in ``runs/leases.py``; this
-module holds the rows, named filters, and the operator verbs.
+heartbeat, complete) are guarded set-based SQL in ``runs/leases.py`` and
+``runs/outcomes.py``; this module holds the rows, named filters, and the
+operator verbs.
 """
 
 from __future__ import annotations
@@ -75,17 +76,6 @@ class RunQuerySet(models.QuerySet):
         if user.is_superuser:
             return self
         return self.filter(job__owner=user)
-
-    def active(self) -> RunQuerySet:
-        return self.filter(state__in=ACTIVE_STATES)
-
-    def claimable(self, now: dt.datetime) -> RunQuerySet:
-        """Runs a worker may take now: due waiting runs, and running runs whose
-        lease has expired (their worker died or stalled)."""
-        return self.filter(
-            Q(state__in=WAITING_STATES, available_at__lte=now)
-            | Q(state=RunState.RUNNING, lease_until__lt=now)
-        )
 
     def cancel_waiting(self, *, job_id, reason: str, now: dt.datetime) -> int:
         """pending/retrying -> cancelled. A running run is left to finish its
@@ -180,7 +170,7 @@ class Run(models.Model):
             ),
         ]
         indexes = [
-            # The worker's claim query (runs/leases.py CLAIM): due waiting
+            # The worker's claim query (runs/leases.py CLAIM_WAITING): due waiting
             # webhook runs in available_at order. Only waiting rows are in it,
             # so it stays tiny however much history the table keeps.
             models.Index(

@@ -4,13 +4,9 @@ The jobs list shows every job's last run and a strip of its recent outcomes.
 Fetching them per row would cost one query per job; fetching all of a page's
 runs would cost a scan of their whole history. Instead, one statement takes the
 newest ``per_job`` runs of each job through the ``(job_id, scheduled_at)``
-index of the ``run_one_per_fire`` constraint:
-
-* PostgreSQL: ``CROSS JOIN LATERAL`` with ``LIMIT``, one short backward index
-  scan per job, however long each job's history is.
-* SQLite (the embedded, single-host default): ``ROW_NUMBER()`` over each
-  job's runs. It reads every run of the page's jobs, which the retention
-  window keeps small on a single host.
+index of the ``run_one_per_fire`` constraint: ``CROSS JOIN LATERAL`` with
+``LIMIT``, one short backward index scan per job, however long each job's
+history is.
 """
 
 from __future__ import annotations
@@ -19,11 +15,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 
-from django.db.models import F, Window
-from django.db.models.functions import RowNumber
-
 from runs.models import Run
-from scheduler_site.db import is_postgres
 
 # What a strip square and a "last run" cell read; nothing else is loaded, so
 # touching another field in a template would cost a query per run.
@@ -40,7 +32,8 @@ FIELDS = (
     "last_status_code",
 )
 
-_LATERAL_SQL = f"""
+# The jobs list and the dashboard, one query per page of jobs.
+RECENT_RUNS = f"""
     SELECT {", ".join("r." + f for f in FIELDS)}
     FROM unnest(%s::uuid[]) AS j(id)
     CROSS JOIN LATERAL (
@@ -58,20 +51,7 @@ def recent_runs(job_ids: Sequence[uuid.UUID], per_job: int) -> dict[uuid.UUID, l
     by_job: dict[uuid.UUID, list[Run]] = defaultdict(list)
     if not job_ids or per_job <= 0:
         return by_job
-    if is_postgres():
-        rows = Run.objects.raw(_LATERAL_SQL, [list(job_ids), per_job])
-    else:
-        rows = (
-            Run.objects.filter(job_id__in=job_ids)
-            .annotate(
-                position=Window(
-                    RowNumber(), partition_by=[F("job_id")], order_by=F("scheduled_at").desc()
-                )
-            )
-            .filter(position__lte=per_job)
-            .only(*FIELDS)
-        )
-    for run in rows:
+    for run in Run.objects.raw(RECENT_RUNS, [list(job_ids), per_job]):
         by_job[run.job_id].append(run)
     for runs in by_job.values():
         runs.sort(key=lambda r: r.scheduled_at, reverse=True)

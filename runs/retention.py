@@ -15,17 +15,20 @@ from collections.abc import Callable
 from django.db import connection, transaction
 
 from runs.models import TERMINAL_STATES, Attempt, Run
-from scheduler_site.db import adapt_uuid, is_postgres
 
 DEFAULT_BATCH = 1000
+
+# prune_batch, for the runs it has locked: their attempts first, then the runs.
+DELETE_ATTEMPTS_OF_RUNS = "DELETE FROM runs_attempt WHERE run_id = ANY(%(ids)s::uuid[])"
+DELETE_RUNS = "DELETE FROM runs_run WHERE id = ANY(%(ids)s::uuid[])"
 
 
 def prune_batch(cutoff: dt.datetime, batch_size: int = DEFAULT_BATCH) -> int:
     """Delete up to ``batch_size`` terminal runs scheduled before ``cutoff``.
 
-    Oldest first, through ``run_scheduled_at_idx``. ``SKIP LOCKED`` (PostgreSQL;
-    a no-op on SQLite) lets ``prune_runs`` and the dispatchers' background
-    pruning take disjoint batches instead of queueing on each other's rows.
+    Oldest first, through ``run_scheduled_at_idx``. ``SKIP LOCKED`` lets
+    ``prune_runs`` and the dispatchers' background pruning take disjoint
+    batches instead of queueing on each other's rows.
     """
     with transaction.atomic():
         ids = list(
@@ -46,13 +49,8 @@ def prune_batch(cutoff: dt.datetime, batch_size: int = DEFAULT_BATCH) -> int:
         # then delete them 100 at a time, which made a batch ten times slower
         # (and the dispatcher's housekeeping runs this between ticks).
         with connection.cursor() as cur:
-            if is_postgres():
-                where, params = "= ANY(%s)", [ids]
-            else:
-                where = "IN (" + ", ".join(["%s"] * len(ids)) + ")"
-                params = [adapt_uuid(i) for i in ids]
-            cur.execute(f"DELETE FROM {Attempt._meta.db_table} WHERE run_id {where}", params)
-            cur.execute(f"DELETE FROM {Run._meta.db_table} WHERE id {where}", params)
+            cur.execute(DELETE_ATTEMPTS_OF_RUNS, {"ids": ids})
+            cur.execute(DELETE_RUNS, {"ids": ids})
             return cur.rowcount
 
 

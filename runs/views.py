@@ -1,8 +1,9 @@
 """The runs API: lists, detail, operator retry, and the pull-worker protocol.
 
-Pull workers get the very leases the internal workers get: claim, heartbeat and
-complete call ``runs.leases`` with ``target_kind="pull"``, so the fencing of
-PRODUCT.md §1.4 (lease owner and attempt must match) is the same code. The
+Pull workers get the very leases the internal workers get: claim and heartbeat
+call ``runs.leases`` with ``target_kind="pull"``, and complete calls
+``runs.outcomes``, so the fencing of PRODUCT.md §1.4 (lease owner and attempt
+must match) and the retry rule (``runs.after_attempt``) are the same code. The
 lease owner is ``pull:<owner id>:<worker name>``: two owners who name their
 workers alike still hold different leases.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from dataclasses import asdict
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, viewsets
@@ -21,9 +23,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from jobs.models import Channel, Job
-from runs import leases
+from runs import leases, outcomes
+from runs.after_attempt import after_attempt
 from runs.models import RetryNotAllowed, Run, RunKind, RunQuerySet, RunState
-from runs.retry import next_retry_delay
+from runs.retry import Outcome
 from runs.serializers import (
     ClaimedRunSerializer,
     ClaimSerializer,
@@ -178,10 +181,10 @@ class RunViewSet(ApiViewMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
         owner = self._lease_owner(request, run, data.get("worker"))
         now = db_now()
         result = _result(run, data, now)
-        done = leases.complete(owner, [result], now=now)
+        done = outcomes.complete(owner, [result], now=now)
         if run.pk not in done.applied:
             raise Conflict(LEASE_LOST)
-        leases.apply_pauses(done.pauses)
+        outcomes.apply_pauses(done.pauses)
         run = Run.objects.select_related("job").prefetch_related("attempts").get(pk=run.pk)
         return Response(RunDetailSerializer(run).data)
 
@@ -200,31 +203,30 @@ class RunViewSet(ApiViewMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
         raise Conflict(LEASE_LOST)
 
 
-def _result(run: Run, data: dict, now: dt.datetime) -> leases.Result:
-    """The run's next state after a pull worker's report (as dispatch/worker.decide
-    does for webhooks): success; a retryable failure with attempts left waits
-    a backoff; anything else fails the run."""
+def _result(run: Run, data: dict, now: dt.datetime) -> outcomes.Result:
+    """A pull worker's report, as the result to write: runs/after_attempt.py
+    decides the run's next state, exactly as it does for webhooks."""
+    if data["status"] == RunState.SUCCEEDED:
+        outcome = Outcome.SUCCESS
+    else:
+        outcome = Outcome.RETRYABLE if data["retryable"] else Outcome.PERMANENT
+    decision = after_attempt(
+        outcome,
+        attempt=data["attempt"],
+        max_attempts=run.max_attempts,
+        backoff_seconds=run.job.retry_backoff_seconds,
+        now=now,
+        rng=_SYSTEM_RNG,
+    )
     started = run.attempt_started_at
-    base = dict(
+    return outcomes.Result(
         run_id=run.pk,
         job_id=run.job_id,
         attempt=data["attempt"],
         error=data["error"][:2000],
         started_at=started,
         duration_ms=max(0, int((now - started).total_seconds() * 1000)) if started else None,
-    )
-    if data["status"] == RunState.SUCCEEDED:
-        return leases.Result(state="succeeded", attempt_outcome="succeeded", **base)
-    if data["retryable"] and data["attempt"] < run.max_attempts:
-        delay = next_retry_delay(
-            data["attempt"], run.job.retry_backoff_seconds, None, None, now, _SYSTEM_RNG
-        )
-        return leases.Result(state="retrying", retry_in=delay, attempt_outcome="failed", **base)
-    return leases.Result(
-        state="failed",
-        reason="attempts exhausted" if data["retryable"] else "permanent error",
-        attempt_outcome="failed" if data["retryable"] else "permanent",
-        **base,
+        **asdict(decision),
     )
 
 

@@ -1,4 +1,4 @@
-"""Dispatcher.tick against a real database (SQLite and PostgreSQL passes)."""
+"""Dispatcher.tick against a real database."""
 
 from __future__ import annotations
 
@@ -90,6 +90,15 @@ def test_overlap_skip_records_a_fire_while_a_run_is_active(owner):
     Dispatcher().tick(now=T0 + S)
     Dispatcher().tick(now=T0 + 61 * S)
     assert [(r.state, r.reason) for r in runs_of(job)] == [("pending", ""), ("skipped", "overlap")]
+
+
+def test_overlap_queue_keeps_one_fire_waiting_behind_the_active_run(owner):
+    job = due_at(make_job(owner, interval_seconds=60, overlap_policy="queue"), T0)
+    for k in range(3):
+        Dispatcher().tick(now=T0 + (1 + 60 * k) * S)
+    assert [r.state for r in runs_of(job)] == ["pending", "pending", "skipped"]
+    job.refresh_from_db()
+    assert job.next_fire_at == T0 + 180 * S
 
 
 def test_overlap_allow_runs_side_by_side(owner):

@@ -7,7 +7,8 @@ import datetime as dt
 import pytest
 
 from jobs.models import Job
-from runs import leases
+from runs import leases, outcomes
+from runs.after_attempt import GONE_NOTE
 from runs.models import Attempt, Run
 from tests.factories import at, make_job
 
@@ -29,8 +30,8 @@ def pending_run(job: Job, when: dt.datetime = T0, **fields) -> Run:
     )
 
 
-def result(run: Run, attempt: int, state: str = "succeeded", **kw) -> leases.Result:
-    return leases.Result(run_id=run.pk, job_id=run.job_id, attempt=attempt, state=state, **kw)
+def result(run: Run, attempt: int, state: str = "succeeded", **kw) -> outcomes.Result:
+    return outcomes.Result(run_id=run.pk, job_id=run.job_id, attempt=attempt, state=state, **kw)
 
 
 def test_claim_takes_a_due_run_with_a_lease_and_counts_the_attempt(owner):
@@ -69,13 +70,13 @@ def test_expired_lease_is_taken_over_and_the_stale_completion_changes_nothing(ow
     lost = Attempt.objects.get(run=run, number=1)
     assert (lost.outcome, lost.worker) == ("lease_expired", "zombie")
 
-    done = leases.complete("zombie", [result(run, 1, "failed")], now=T0 + 7 * S)
+    done = outcomes.complete("zombie", [result(run, 1, "failed")], now=T0 + 7 * S)
     assert (done.applied, done.stale) == ([], [run.pk])
     run.refresh_from_db()
     assert (run.state, run.lease_owner, run.attempt) == ("running", "w2", 2)
     assert leases.heartbeat("zombie", [(run.pk, 1)], now=T0 + 7 * S) == {}
 
-    done = leases.complete("w2", [result(run, 2, status_code=200)], now=T0 + 8 * S)
+    done = outcomes.complete("w2", [result(run, 2, status_code=200)], now=T0 + 8 * S)
     assert done.applied == [run.pk]
     run.refresh_from_db()
     assert (run.state, run.attempt, run.finished_at) == ("succeeded", 2, T0 + 8 * S)
@@ -88,7 +89,7 @@ def test_expired_lease_is_taken_over_and_the_stale_completion_changes_nothing(ow
 def test_retrying_run_becomes_claimable_after_its_backoff(owner):
     run = pending_run(make_job(owner))
     leases.claim("w1", limit=1, lease_seconds=5, now=T0)
-    leases.complete("w1", [result(run, 1, "retrying", retry_in=30, status_code=500)], now=T0 + S)
+    outcomes.complete("w1", [result(run, 1, "retrying", retry_in=30, status_code=500)], now=T0 + S)
     run.refresh_from_db()
     assert (run.state, run.available_at, run.last_status_code) == ("retrying", T0 + 31 * S, 500)
     assert leases.claim("w1", limit=1, lease_seconds=5, now=T0 + 30 * S) == []
@@ -100,9 +101,28 @@ def test_last_attempt_losing_its_lease_fails_the_run_with_a_reason(owner):
     run = pending_run(make_job(owner, max_attempts=1))
     leases.claim("w1", limit=1, lease_seconds=5, now=T0)
     assert leases.claim("w2", limit=1, lease_seconds=5, now=T0 + 10 * S) == []
-    assert leases.fail_exhausted(now=T0 + 10 * S) == 1
+    assert outcomes.fail_exhausted(now=T0 + 10 * S) == 1
     run.refresh_from_db()
     assert (run.state, run.reason) == ("failed", "lease expired on the last attempt")
+
+
+def test_fail_exhausted_leaves_live_leases_and_runs_with_attempts_left(owner):
+    last = pending_run(make_job(owner, max_attempts=1))
+    more = pending_run(make_job(owner, max_attempts=2))
+    leases.claim("w1", limit=2, lease_seconds=5, now=T0)
+    assert outcomes.fail_exhausted(now=T0 + 4 * S) == 0  # both leases still live
+    assert outcomes.fail_exhausted(now=T0 + 10 * S) == 1
+    last.refresh_from_db(), more.refresh_from_db()
+    assert (last.state, more.state) == ("failed", "running")
+    assert list(last.attempts.values_list("number", "outcome")) == [(1, "lease_expired")]
+
+
+def test_an_expired_lease_is_not_revived_by_a_late_heartbeat(owner):
+    run = pending_run(make_job(owner))
+    leases.claim("w1", limit=1, lease_seconds=5, now=T0)
+    assert leases.heartbeat("w1", [(run.pk, 1)], now=T0 + 6 * S) == {}
+    [c] = leases.claim("w2", limit=1, lease_seconds=5, now=T0 + 6 * S)
+    assert c.run_id == run.pk
 
 
 @pytest.mark.parametrize("policy", ["skip", "queue"])
@@ -111,7 +131,7 @@ def test_exclusive_jobs_run_one_at_a_time_oldest_first(owner, policy):
     first, second = pending_run(job, T0), pending_run(job, T0 + S)
     claimed = leases.claim("w1", limit=10, lease_seconds=5, now=T0 + 2 * S)
     assert [c.run_id for c in claimed] == [first.pk]
-    leases.complete("w1", [result(first, 1)], now=T0 + 3 * S)
+    outcomes.complete("w1", [result(first, 1)], now=T0 + 3 * S)
     claimed = leases.claim("w1", limit=10, lease_seconds=5, now=T0 + 3 * S)
     assert [c.run_id for c in claimed] == [second.pk]
 
@@ -129,7 +149,7 @@ def test_a_retry_of_a_paused_job_is_cancelled_not_rescheduled(owner):
     job.pause(note="stop")
     run.refresh_from_db()
     assert run.state == "running"  # the running attempt is left to finish
-    leases.complete("w1", [result(run, 1, "retrying", retry_in=5)], now=T0 + S)
+    outcomes.complete("w1", [result(run, 1, "retrying", retry_in=5)], now=T0 + S)
     run.refresh_from_db()
     assert (run.state, run.reason) == ("cancelled", "paused")
 
@@ -137,6 +157,7 @@ def test_a_retry_of_a_paused_job_is_cancelled_not_rescheduled(owner):
 def test_release_gives_the_run_back_without_using_an_attempt(owner):
     run = pending_run(make_job(owner, max_attempts=1))
     leases.claim("w1", limit=1, lease_seconds=5, now=T0)
+    assert leases.release("someone-else", [(run.pk, 1)], now=T0 + S) == 0
     assert leases.release("w1", [(run.pk, 1)], now=T0 + S) == 1
     [c] = leases.claim("w2", limit=1, lease_seconds=5, now=T0 + S)
     assert (c.attempt, c.max_attempts) == (2, 2)
@@ -146,10 +167,10 @@ def test_failure_streak_pauses_the_job_after_pause_after_failures(owner):
     job = make_job(owner, pause_after_failures=2, overlap_policy="allow")
     runs = [pending_run(job, T0 + k * S) for k in range(2)]
     leases.claim("w1", limit=2, lease_seconds=5, now=T0 + 5 * S)
-    done = leases.complete(
+    done = outcomes.complete(
         "w1", [result(r, 1, "failed", reason="permanent error") for r in runs], now=T0 + 6 * S
     )
-    leases.apply_pauses(done.pauses)
+    outcomes.apply_pauses(done.pauses)
     job.refresh_from_db()
     assert (job.state, job.consecutive_failures) == ("paused", 2)
     assert "2 consecutive failed runs" in job.pause_note
@@ -159,8 +180,8 @@ def test_gone_pauses_the_job_with_a_note(owner):
     job = make_job(owner)
     run = pending_run(job)
     leases.claim("w1", limit=1, lease_seconds=5, now=T0)
-    done = leases.complete("w1", [result(run, 1, "failed", gone=True)], now=T0 + S)
-    leases.apply_pauses(done.pauses)
+    done = outcomes.complete("w1", [result(run, 1, "failed", pause_note=GONE_NOTE)], now=T0 + S)
+    outcomes.apply_pauses(done.pauses)
     job.refresh_from_db()
     assert job.state == "paused" and "410 Gone" in job.pause_note
 

@@ -1,5 +1,5 @@
 """The delivery engine in-process (``Worker.run_once``) against the real
-loopback receiver, on both databases: SQLite is what ``make run`` uses."""
+loopback receiver."""
 
 from __future__ import annotations
 

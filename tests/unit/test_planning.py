@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from dispatch.planning import MAX_MISSED_ROWS, DueJob, plan_job
+from dispatch.planning import MAX_MISSED_ROWS, DueJob, overlap_skips, plan_job
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -106,3 +106,11 @@ def test_cron_job_fires_follow_the_schedule():
     plan = plan_job(j, T0 + dt.timedelta(minutes=31), active_runs=0)
     assert [r.state for r in plan.runs][-1] == "pending"
     assert plan.next_fire_at == T0 + dt.timedelta(minutes=45)
+
+
+@pytest.mark.parametrize("policy", ["skip", "queue", "allow"])
+def test_no_policy_skips_a_fire_while_nothing_is_active(policy):
+    """The dispatcher's SQL fast path relies on this: it takes only jobs with no
+    active run (or overlap allow), and never applies the overlap rule itself."""
+    assert not overlap_skips(policy, 0)
+    assert not overlap_skips("allow", 1_000)

@@ -49,10 +49,7 @@ def database_down() -> Callable[[], contextlib.AbstractContextManager[None]]:
     def down() -> Iterator[None]:
         saved = connection.settings_dict["NAME"]
         connection.close()
-        if connection.vendor == "postgresql":
-            connection.settings_dict["NAME"] = "punctual_no_such_database"
-        else:
-            connection.settings_dict["NAME"] = "/nonexistent-punctual-dir/db.sqlite3"
+        connection.settings_dict["NAME"] = "punctual_no_such_database"
         try:
             yield
         finally:

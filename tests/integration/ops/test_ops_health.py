@@ -1,5 +1,5 @@
 """GET /api/v1/health/ (PRODUCT.md §4): 200 when dispatchers run and keep up,
-503 with reasons otherwise. Runs on SQLite and PostgreSQL."""
+503 with reasons otherwise."""
 
 from __future__ import annotations
 

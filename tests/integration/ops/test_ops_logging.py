@@ -16,7 +16,7 @@ import pytest
 
 from dispatch.dispatcher import Dispatcher
 from jobs.models import Job
-from runs import leases
+from runs import outcomes
 from runs.models import Run
 from scheduler_site.db import db_now
 from scheduler_site.logs import JsonFormatter, KeyValueFormatter
@@ -103,7 +103,7 @@ def test_worker_and_lease_lines_about_a_run_carry_its_ids(owner, caplog, worker_
     worker_thread()
     wait_until(lambda: Run.objects.get(pk=run.pk).state == "failed", message="the run to fail")
     # A stale completion of the same run, from a worker that lost the lease.
-    leases.complete("zombie", [leases.Result(run.pk, job.pk, 1, "succeeded")])
+    outcomes.complete("zombie", [outcomes.Result(run.pk, job.pk, 1, "succeeded")])
 
     about_run = [
         r

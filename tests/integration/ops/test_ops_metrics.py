@@ -1,5 +1,5 @@
 """GET /metrics (PRODUCT.md §4): every series, with values that match the
-database. Runs on SQLite and PostgreSQL (the estimate test needs PostgreSQL)."""
+database."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from dispatch import fleet, metrics
 from dispatch.dispatcher import Dispatcher
 from dispatch.models import DeliveryStat
 from jobs.models import Job
-from runs import leases
+from runs import leases, outcomes
 from runs.models import Attempt, Run
 from scheduler_site.db import db_now
 from tests.factories import make_job
@@ -142,10 +142,10 @@ def test_oldest_pending_is_the_oldest_due_waiting_run(scrape, owner):
 
 
 def test_record_deliveries_is_one_statement_per_batch():
-    def result(outcome: str, ms: int | None) -> leases.Result:
+    def result(outcome: str, ms: int | None) -> outcomes.Result:
         import uuid
 
-        return leases.Result(
+        return outcomes.Result(
             run_id=uuid.uuid4(),
             job_id=uuid.uuid4(),
             attempt=1,
@@ -185,7 +185,7 @@ def test_the_histogram_is_cumulative_and_the_counter_counts_every_attempt(scrape
     import uuid
 
     batch = [
-        leases.Result(
+        outcomes.Result(
             run_id=uuid.uuid4(),
             job_id=uuid.uuid4(),
             attempt=1,
@@ -242,12 +242,12 @@ def test_a_stale_completion_is_not_counted(owner):
     due_now(job)
     Dispatcher().tick()
     [claimed] = leases.claim("w1", limit=1, lease_seconds=30)
-    stale = leases.Result(
+    stale = outcomes.Result(
         run_id=claimed.run_id, job_id=job.pk, attempt=claimed.attempt, state="succeeded"
     )
-    assert leases.complete("someone-else", [stale]).stale == [claimed.run_id]
+    assert outcomes.complete("someone-else", [stale]).stale == [claimed.run_id]
     assert not DeliveryStat.objects.exists()
-    assert leases.complete("w1", [stale]).applied == [claimed.run_id]
+    assert outcomes.complete("w1", [stale]).applied == [claimed.run_id]
     assert DeliveryStat.objects.get().deliveries == 1
 
 
@@ -261,7 +261,6 @@ def test_database_down_scrapes_as_database_up_zero(client, database_down):
     assert "punctual_runs" not in text
 
 
-@pytest.mark.postgres
 def test_terminal_counts_are_estimated_from_statistics_on_a_big_table(scrape, owner, monkeypatch):
     job = make_job(owner)
     with connection.cursor() as cur:

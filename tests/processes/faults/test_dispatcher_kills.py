@@ -30,7 +30,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 SEED = 2
 KILLS_PER_PHASE = 6
-# dispatch/queries.py: LOCK_DUE_JOBS_PG, ACTIVE_COUNTS_PG, INSERT_RUNS_AND_ADVANCE_PG
+# dispatch/queries.py: LOCK_DUE_JOBS (and DISPATCH_SIMPLE_INTERVALS), ACTIVE_COUNTS,
+# INSERT_RUNS_AND_ADVANCE
 IN_BATCH = ("%FROM jobs_job%SKIP LOCKED%", "%GROUP BY job_id%", "%WITH ins AS%")
 
 

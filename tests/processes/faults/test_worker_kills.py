@@ -47,8 +47,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 SEED = 8
 KILLS = 20
 LEASE = 2
-CLAIM = "%WITH c AS%"  # runs/leases.py RECLAIM_EXPIRED_PG and CLAIM_WAITING_PG
-COMPLETE = "%WITH v AS%"  # runs/leases.py COMPLETE_PG
+CLAIM = "%WITH c AS%"  # runs/leases.py CLAIM_EXPIRED and CLAIM_WAITING
+COMPLETE = "%WITH v AS%"  # runs/outcomes.py COMPLETE
 
 
 def test_sigkilled_workers_lose_no_fire_and_every_redelivery_keeps_its_id(

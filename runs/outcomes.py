@@ -1,0 +1,298 @@
+"""Outcomes: write how attempts ended, as guarded, set-based updates
+(PRODUCT.md §1.4, §3 "Retries"; CONVENTIONS.md examples 5 and 8).
+
+``complete()`` writes a batch of attempt outcomes (decided by
+``runs/after_attempt.py``) in one transaction, fenced on the lease the
+caller held (``runs/leases.py``): a result whose lease was lost is stale, and
+is dropped and logged. ``fail_exhausted()`` ends the runs whose last attempt's
+lease expired. Both keep the jobs' failure streaks, and report the jobs that
+must pause; ``apply_pauses()`` pauses them through the domain verb.
+
+The SQL of this concern is named once, below; each statement says which loop
+runs it and which race its guard prevents.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from dataclasses import dataclass, field
+
+from django.db import transaction
+
+from dispatch import metrics
+from runs.after_attempt import FAILED, SUCCEEDED, pause_after_streak
+from scheduler_site.db import db_now, dict_cursor
+
+log = logging.getLogger("punctual.leases")
+
+
+@dataclass
+class Result:
+    """The outcome of one attempt, as ``after_attempt()`` decided it."""
+
+    run_id: uuid.UUID
+    job_id: uuid.UUID
+    attempt: int
+    state: str  # succeeded | retrying | failed
+    retry_in: float = 0.0  # seconds until the retry is claimable (retrying only)
+    status_code: int | None = None
+    error: str = ""
+    reason: str = ""
+    started_at: dt.datetime | None = None
+    duration_ms: int | None = None
+    attempt_outcome: str = "succeeded"  # Attempt.Outcome value
+    pause_note: str = ""  # not empty: pause the job (e.g. the target answered 410)
+
+
+@dataclass
+class Completed:
+    applied: list[uuid.UUID] = field(default_factory=list)
+    stale: list[uuid.UUID] = field(default_factory=list)
+    # (job_id, note) for jobs that must pause themselves (410, failure streak)
+    pauses: list[tuple[uuid.UUID, str]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------
+# SQL
+# ---------------------------------------------------------------------------
+
+# Worker complete loop and the pull API's complete. Guarded on state, owner
+# and attempt: a worker whose lease expired and whose run was taken over must
+# not overwrite the newer attempt (its row no longer matches, so it is
+# reported stale). A retry of a job paused or deleted meanwhile becomes
+# cancelled instead, so a pause that raced the delivery still stops the job.
+COMPLETE = """
+    WITH v AS (
+        SELECT * FROM unnest(
+            %(ids)s::uuid[], %(attempts)s::int[], %(states)s::text[],
+            %(available)s::timestamptz[], %(codes)s::int[], %(errors)s::text[],
+            %(reasons)s::text[]
+        ) AS v(id, attempt, state, available_at, status_code, error, reason)
+    ), w AS (
+        SELECT v.*, (v.state = 'retrying'
+                     AND (j.state <> 'active' OR j.deleted_at IS NOT NULL)) AS cancel,
+               j.deleted_at IS NOT NULL AS deleted
+        FROM v JOIN runs_run AS r0 ON r0.id = v.id JOIN jobs_job AS j ON j.id = r0.job_id
+    )
+    UPDATE runs_run AS r SET
+        state = CASE WHEN w.cancel THEN 'cancelled' ELSE w.state END,
+        reason = CASE WHEN w.cancel THEN (CASE WHEN w.deleted THEN 'deleted' ELSE 'paused' END)
+                      ELSE w.reason END,
+        available_at = CASE WHEN w.state = 'retrying' AND NOT w.cancel THEN w.available_at END,
+        finished_at = CASE WHEN w.state = 'retrying' AND NOT w.cancel THEN NULL
+                           ELSE %(now)s END,
+        lease_owner = '',
+        lease_until = NULL,
+        last_status_code = w.status_code,
+        last_error = w.error
+    FROM w
+    WHERE r.id = w.id AND r.state = 'running'
+      AND r.lease_owner = %(owner)s AND r.attempt = w.attempt
+    RETURNING r.id
+"""
+
+# Same transaction as COMPLETE, for the applied results only. The unique
+# (run, number) key turns an attempt recorded twice (a completion retried
+# after a lost commit acknowledgement) into a no-op.
+INSERT_ATTEMPTS = """
+    INSERT INTO runs_attempt
+        (run_id, number, worker, started_at, finished_at, outcome, status_code,
+         duration_ms, error)
+    SELECT a.run_id, a.number, %(owner)s, a.started_at, %(now)s, a.outcome,
+           a.status_code, a.duration_ms, a.error
+    FROM unnest(%(ids)s::uuid[], %(numbers)s::int[], %(started)s::timestamptz[],
+                %(outcomes)s::text[], %(codes)s::int[], %(durations)s::int[],
+                %(errors)s::text[])
+         AS a(run_id, number, started_at, outcome, status_code, duration_ms, error)
+    ON CONFLICT DO NOTHING
+"""
+
+# Worker complete loop, the pull API's complete and the dispatcher's
+# housekeeping (fail_exhausted). consecutive_failures counts failed runs in a
+# row; it is added to in SQL, not written from a value read earlier, so two
+# batches that finish runs of one job at once do not lose a failure. Only rows
+# that change are written, so the common "succeeded again" case touches no
+# job row.
+JOB_STREAKS = """
+    UPDATE jobs_job AS j SET consecutive_failures =
+        CASE WHEN s.reset THEN s.failures ELSE j.consecutive_failures + s.failures END
+    FROM unnest(%(ids)s::uuid[], %(resets)s::bool[], %(failures)s::int[])
+         AS s(id, reset, failures)
+    WHERE j.id = s.id AND NOT (s.reset AND j.consecutive_failures = s.failures)
+    RETURNING j.id, j.consecutive_failures, j.pause_after_failures, j.state
+"""
+
+# Dispatcher housekeeping: runs whose last allowed attempt lost its lease end
+# failed, and the lost attempt is recorded. FOR UPDATE re-checks
+# ``lease_until < now`` under the row lock, so a run whose worker completed
+# or heartbeated it meanwhile is left alone; SKIP LOCKED lets several
+# dispatchers reap at once without waiting on each other (or on a claimer).
+FAIL_EXHAUSTED = """
+    WITH c AS (
+        SELECT id FROM runs_run
+        WHERE state = 'running' AND lease_until < %(now)s AND attempt >= max_attempts
+        FOR UPDATE SKIP LOCKED
+    ), lost AS (
+        INSERT INTO runs_attempt
+            (run_id, number, worker, started_at, finished_at, outcome, error)
+        SELECT r.id, r.attempt, r.lease_owner, r.attempt_started_at, %(now)s,
+               'lease_expired', 'lease expired: the worker stopped heartbeating'
+        FROM runs_run AS r JOIN c ON c.id = r.id
+        ON CONFLICT DO NOTHING
+    )
+    UPDATE runs_run AS r SET state = 'failed', reason = %(reason)s, finished_at = %(now)s,
+        lease_owner = '', lease_until = NULL, available_at = NULL,
+        last_error = 'lease expired on the last attempt'
+    FROM c WHERE r.id = c.id
+    RETURNING r.id, r.job_id, r.attempt
+"""
+
+
+# ---------------------------------------------------------------------------
+# complete
+# ---------------------------------------------------------------------------
+
+
+def complete(owner: str, results: list[Result], now: dt.datetime | None = None) -> Completed:
+    """Write a batch of attempt outcomes, fenced on owner and attempt.
+
+    1. Update the runs whose lease this owner still holds; the rest are stale.
+    2. Record an Attempt row for each applied result.
+    3. Update the jobs' failure streaks, and list the jobs that must pause
+       (``pause_note`` set, or ``pause_after_failures`` reached).
+    4. Add the applied attempts to the delivery counters behind /metrics (one
+       upsert, in this transaction, so they count exactly what committed).
+    """
+    done = Completed()
+    if not results:
+        return done
+    by_id = {r.run_id: r for r in results}
+    with transaction.atomic():
+        now = now or db_now()
+        with dict_cursor() as cur:
+            cur.execute(
+                COMPLETE,
+                {
+                    "now": now,
+                    "owner": owner,
+                    "ids": [r.run_id for r in results],
+                    "attempts": [r.attempt for r in results],
+                    "states": [r.state for r in results],
+                    "available": [now + dt.timedelta(seconds=r.retry_in) for r in results],
+                    "codes": [r.status_code for r in results],
+                    "errors": [r.error[:2000] for r in results],
+                    "reasons": [r.reason for r in results],
+                },
+            )
+            applied = {row["id"] for row in cur.fetchall()}
+        done.applied = [r.run_id for r in results if r.run_id in applied]
+        done.stale = [r.run_id for r in results if r.run_id not in applied]
+        _insert_attempts(owner, [by_id[i] for i in done.applied], now)
+        done.pauses = _update_streaks([by_id[i] for i in done.applied])
+        # Last in the transaction: the counter rows are shared by the workers
+        # of one shard, so their row locks are held only until the commit.
+        metrics.record_deliveries([by_id[i] for i in done.applied])
+    for run_id in done.stale:
+        r = by_id[run_id]
+        log.warning(
+            "stale completion dropped: the lease was lost",
+            extra={"run_id": str(run_id), "job_id": str(r.job_id), "attempt": r.attempt},
+        )
+    return done
+
+
+def _insert_attempts(owner: str, results: list[Result], now: dt.datetime) -> None:
+    if not results:
+        return
+    with dict_cursor() as cur:
+        cur.execute(
+            INSERT_ATTEMPTS,
+            {
+                "owner": owner,
+                "now": now,
+                "ids": [r.run_id for r in results],
+                "numbers": [r.attempt for r in results],
+                "started": [r.started_at for r in results],
+                "outcomes": [r.attempt_outcome for r in results],
+                "codes": [r.status_code for r in results],
+                "durations": [r.duration_ms for r in results],
+                "errors": [r.error[:500] for r in results],
+            },
+        )
+
+
+def _update_streaks(results: list[Result]) -> list[tuple[uuid.UUID, str]]:
+    """Apply failure streaks per job; return the jobs that must pause."""
+    streaks: dict[uuid.UUID, tuple[bool, int]] = {}
+    pauses: list[tuple[uuid.UUID, str]] = []
+    for r in results:
+        reset, failures = streaks.get(r.job_id, (False, 0))
+        if r.state == SUCCEEDED:
+            reset, failures = True, 0
+        elif r.state == FAILED:
+            failures += 1
+        streaks[r.job_id] = (reset, failures)
+        if r.pause_note:
+            pauses.append((r.job_id, r.pause_note))
+    changed = [(job_id, reset, n) for job_id, (reset, n) in streaks.items() if reset or n]
+    if not changed:
+        return pauses
+    with dict_cursor() as cur:
+        cur.execute(
+            JOB_STREAKS,
+            {
+                "ids": [c[0] for c in changed],
+                "resets": [c[1] for c in changed],
+                "failures": [c[2] for c in changed],
+            },
+        )
+        rows = cur.fetchall()
+    for row in rows:
+        note = pause_after_streak(row["consecutive_failures"], row["pause_after_failures"])
+        if note and row["state"] == "active":
+            pauses.append((row["id"], note))
+    return pauses
+
+
+# ---------------------------------------------------------------------------
+# lease exhausted, pauses
+# ---------------------------------------------------------------------------
+
+
+def fail_exhausted(now: dt.datetime | None = None) -> int:
+    """Runs whose last allowed attempt lost its lease end ``failed``."""
+    from runs.models import Reason
+
+    with transaction.atomic():
+        with dict_cursor() as cur:
+            cur.execute(FAIL_EXHAUSTED, {"now": now or db_now(), "reason": Reason.LEASE_EXHAUSTED})
+            rows = cur.fetchall()
+        for row in rows:
+            log.warning(
+                "run failed: the last attempt's lease expired",
+                extra={
+                    "run_id": str(row["id"]),
+                    "job_id": str(row["job_id"]),
+                    "attempt": row["attempt"],
+                },
+            )
+        failed = [
+            Result(run_id=row["id"], job_id=row["job_id"], attempt=row["attempt"], state=FAILED)
+            for row in rows
+        ]
+        pauses = _update_streaks(failed)
+    apply_pauses(pauses)
+    return len(rows)
+
+
+def apply_pauses(pauses: list[tuple[uuid.UUID, str]]) -> None:
+    """Pause jobs that asked for it (410 Gone, failure streak), via the domain verb."""
+    from jobs.models import Channel, Job
+
+    for job_id, note in pauses:
+        job = Job.objects.live().filter(pk=job_id, state="active").first()
+        if job is not None:
+            job.pause(note=note, channel=Channel.SYSTEM)
+            log.warning("job paused automatically", extra={"job_id": str(job_id), "note": note})
