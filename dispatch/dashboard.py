@@ -24,12 +24,12 @@ from django.db.models import Count, Q
 from django.db.models.functions import Trunc
 from django.template.response import TemplateResponse
 
+from core.db import db_now
 from dispatch import charts, fleet, queries
 from dispatch.models import LagSample, ProcessHeartbeat
 from jobs.display import short_duration
 from jobs.models import Job, JobState
 from runs.models import ACTIVE_STATES, Run, RunState
-from scheduler_site.db import db_now
 
 LAG_WINDOW = dt.timedelta(hours=1)
 LAG_BUCKET = dt.timedelta(minutes=1)

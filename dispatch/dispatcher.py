@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, transaction
 
+from core.db import is_postgres
 from dispatch import fleet, queries
 from dispatch.planning import PENDING, plan_job
 from jobs.schedules import jitter_offset
-from scheduler_site.db import is_postgres
 
 log = logging.getLogger("punctual.dispatch")
 

@@ -50,10 +50,10 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from core.db import db_now, is_postgres
 from dispatch import fleet
 from dispatch.health import dispatch_lag_seconds
 from dispatch.models import DeliveryStat, ProcessHeartbeat, ProcessKind
-from scheduler_site.db import db_now, is_postgres
 
 log = logging.getLogger("punctual.metrics")
 

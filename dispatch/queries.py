@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 from django.db import connection
 
+from core.db import adapt_dt, adapt_uuid, is_postgres, parse_dt, parse_uuid
+from core.db import db_now as _db_now
 from dispatch.planning import DueJob
-from scheduler_site.db import adapt_dt, adapt_uuid, is_postgres, parse_dt, parse_uuid
-from scheduler_site.db import db_now as _db_now
 
 _DUE_COLUMNS = """
     id, cron, interval_seconds, timezone, start_at, created_at, next_fire_at,

@@ -26,6 +26,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
+from core.admin_base import BigTableAdmin, OwnerScopedAdmin
+from core.db import db_now
 from jobs import crypto, schedules
 from jobs.display import describe_schedule, relative, short_duration
 from jobs.forms import JobForm
@@ -33,8 +35,6 @@ from jobs.models import Channel, Job, JobEvent, JobState
 from runs.display import lag_text, outcome_strip, run_url, state_badge
 from runs.models import Attempt, Run
 from runs.recent import recent_runs
-from scheduler_site.admin_site import BigTableAdmin, OwnerScopedAdmin
-from scheduler_site.db import db_now
 
 # Squares in the jobs list's strip, and on a job's page.
 LIST_STRIP_RUNS = 20

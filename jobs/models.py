@@ -16,9 +16,9 @@ from django.conf import settings
 from django.db import models, transaction
 from django.db.models import Q
 
+from core.db import db_now
 from jobs import crypto
 from jobs.schedules import Schedule
-from scheduler_site.db import db_now
 
 if TYPE_CHECKING:
     from runs.models import Run

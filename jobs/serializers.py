@@ -14,6 +14,14 @@ from django.conf import settings
 from drf_spectacular.utils import OpenApiExample, extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
+from core.api_fields import (
+    AwareDateTimeField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictChoiceField,
+    StrictIntegerField,
+    StrictSerializer,
+)
 from dispatch.webhooks import UnsafeTargetError, check_url
 from jobs.models import Job, JobEvent, JobState, MisfirePolicy, OverlapPolicy, TargetKind
 from jobs.schedules import (
@@ -25,14 +33,6 @@ from jobs.schedules import (
     validate_timezone,
 )
 from runs.models import RunState
-from scheduler_site.api_fields import (
-    AwareDateTimeField,
-    StrictBooleanField,
-    StrictCharField,
-    StrictChoiceField,
-    StrictIntegerField,
-    StrictSerializer,
-)
 
 MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_PREVIEW = 100

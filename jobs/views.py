@@ -25,6 +25,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api_base import ApiViewMixin, check_if_match, etag
+from core.api_errors import UnprocessableKey, error_response
+from core.api_fields import EmptySerializer
+from core.db import db_now
 from jobs import crypto, idempotency
 from jobs.models import MAX_BACKFILL, Channel, Job, JobEvent
 from jobs.schedules import Schedule, cron_risks
@@ -46,10 +50,6 @@ from jobs.serializers import (
 from runs.models import Run
 from runs.serializers import RunSerializer
 from runs.views import FILTER_PARAMETERS, RunCursor, runs_response
-from scheduler_site.api_base import ApiViewMixin, check_if_match, etag
-from scheduler_site.api_errors import UnprocessableKey, error_response
-from scheduler_site.api_fields import EmptySerializer
-from scheduler_site.db import db_now
 
 IF_MATCH = OpenApiParameter(
     "If-Match",

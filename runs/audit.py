@@ -46,10 +46,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.db import db_now
 from jobs.models import Job, JobState
 from jobs.schedules import ScheduleError
 from runs.models import Run, RunKind, RunState
-from scheduler_site.db import db_now
 
 UTC = dt.UTC
 ONE_US = dt.timedelta(microseconds=1)

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from django.db import connection, transaction
 
+from core.db import adapt_dt, adapt_uuid, is_postgres, parse_dt, parse_uuid
 from dispatch import metrics
-from scheduler_site.db import adapt_dt, adapt_uuid, is_postgres, parse_dt, parse_uuid
 
 log = logging.getLogger("punctual.leases")
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 from django.db import models, transaction
 from django.db.models import Q
 
+from core.db import db_now
 from jobs.schedules import jitter_offset
-from scheduler_site.db import db_now
 
 if TYPE_CHECKING:
     from jobs.models import Job

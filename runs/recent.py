@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 
+from core.db import is_postgres
 from runs.models import Run
-from scheduler_site.db import is_postgres
 
 # What a strip square and a "last run" cell read; nothing else is loaded, so
 # touching another field in a template would cost a query per run.

@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 from django.db import connection, transaction
 
+from core.db import adapt_uuid, is_postgres
 from runs.models import TERMINAL_STATES, Attempt, Run
-from scheduler_site.db import adapt_uuid, is_postgres
 
 DEFAULT_BATCH = 1000
 

@@ -157,7 +157,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"user": env("PUNCTUAL_API_RATE")},
     "COERCE_DECIMAL_TO_STRING": False,
-    "EXCEPTION_HANDLER": "scheduler_site.api_errors.exception_handler",
+    "EXCEPTION_HANDLER": "core.api_errors.exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -179,8 +179,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "plain": {"()": "scheduler_site.logs.KeyValueFormatter"},
-        "json": {"()": "scheduler_site.logs.JsonFormatter"},
+        "plain": {"()": "core.logs.KeyValueFormatter"},
+        "json": {"()": "core.logs.JsonFormatter"},
     },
     "handlers": {
         "console": {

@@ -11,11 +11,11 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import Select
 
+from core.db import db_now
 from dispatch.models import LagSample
 from jobs import crypto
 from jobs.models import Job
 from runs.models import Run
-from scheduler_site.db import db_now
 from tests.admin_support import add_attempt, beat, make_owner, make_run
 from tests.factories import make_job
 

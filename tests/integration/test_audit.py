@@ -14,11 +14,11 @@ import time_machine
 from django.core.management import call_command, execute_from_command_line
 from django.core.management.base import CommandError
 
+from core.db import db_now
 from dispatch.dispatcher import Dispatcher
 from jobs.models import Job
 from runs.audit import Kind, audit
 from runs.models import Run
-from scheduler_site.db import db_now
 from tests.factories import at, make_job
 
 pytestmark = pytest.mark.django_db

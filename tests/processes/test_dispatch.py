@@ -8,9 +8,9 @@ from collections import defaultdict
 
 import pytest
 
+from core.db import db_now
 from jobs.models import Job
 from runs.models import Run
-from scheduler_site.db import db_now
 from tests.factories import make_job
 from tests.processes.conftest import wait_until
 

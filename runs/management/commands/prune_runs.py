@@ -7,10 +7,10 @@ import datetime as dt
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from core.db import db_now
 from dispatch import fleet
 from dispatch.models import DemoDelivery
 from runs import retention
-from scheduler_site.db import db_now
 
 MAX_DAYS = 36_500
 

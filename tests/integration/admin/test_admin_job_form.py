@@ -10,11 +10,11 @@ import re
 import pytest
 from django.urls import reverse
 
+from core.db import db_now
 from dispatch.webhooks import Delivery, build_request
 from jobs import crypto
 from jobs.models import Job, JobEvent
 from runs.models import Run
-from scheduler_site.db import db_now
 from tests.admin_support import add_attempt, make_run
 from tests.factories import make_job
 

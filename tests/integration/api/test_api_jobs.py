@@ -9,9 +9,9 @@ import pytest
 from django.db import connection
 from rest_framework.throttling import UserRateThrottle
 
+from core.db import db_now
 from jobs.models import Job, JobEvent
 from runs.models import Run
-from scheduler_site.db import db_now
 from tests.factories import at, make_job
 from tests.integration.api.support import PUBLIC_URL, token_client
 

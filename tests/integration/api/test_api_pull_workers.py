@@ -7,8 +7,8 @@ import datetime as dt
 
 import pytest
 
+from core.db import db_now
 from runs.models import Attempt, Run
-from scheduler_site.db import db_now
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db

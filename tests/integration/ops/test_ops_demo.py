@@ -235,8 +235,8 @@ def test_an_unknown_job_is_404(demo_settings, client):
 def test_a_real_worker_delivers_the_demo_job_to_the_receiver(
     demo_settings, live_server, worker_thread
 ):
+    from core.db import db_now
     from dispatch.dispatcher import Dispatcher
-    from scheduler_site.db import db_now
 
     run_demo("--base-url", live_server.url)
     job = demo_job()

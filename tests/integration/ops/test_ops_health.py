@@ -7,10 +7,10 @@ import datetime as dt
 
 import pytest
 
+from core.db import db_now
 from dispatch import fleet
 from dispatch.models import ProcessHeartbeat
 from jobs.models import Job
-from scheduler_site.db import db_now
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db

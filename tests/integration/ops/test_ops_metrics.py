@@ -12,13 +12,13 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from core.db import db_now
 from dispatch import fleet, metrics
 from dispatch.dispatcher import Dispatcher
 from dispatch.models import DeliveryStat
 from jobs.models import Job
 from runs import leases
 from runs.models import Attempt, Run
-from scheduler_site.db import db_now
 from tests.factories import make_job
 from tests.integration.ops.conftest import wait_until
 
