@@ -2,7 +2,7 @@
 
 Validation follows PRODUCT.md §2's field table exactly; the schedule rules are
 ``jobs.schedules``' own validators, and the URL rule is
-``dispatch.webhooks.check_url``, so the API, the admin and the worker agree on
+``jobs.targets.check_url``, so the API, the admin and the worker agree on
 what is valid. Writes go through the views, which call the model's verbs.
 """
 
@@ -22,7 +22,6 @@ from core.api_fields import (
     StrictIntegerField,
     StrictSerializer,
 )
-from dispatch.webhooks import UnsafeTargetError, check_url
 from jobs.models import Job, JobEvent, JobState, MisfirePolicy, OverlapPolicy, TargetKind
 from jobs.schedules import (
     MAX_CRON_LENGTH,
@@ -32,6 +31,7 @@ from jobs.schedules import (
     validate_cron,
     validate_timezone,
 )
+from jobs.targets import UnsafeTargetError, check_url
 from runs.models import RunState
 
 MAX_PAYLOAD_BYTES = 64 * 1024
