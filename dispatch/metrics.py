@@ -20,7 +20,8 @@ process answers the same values. Each query is cheap on big tables:
   claim indexes give the minimum directly.
 - ``punctual_deliveries_total{outcome}`` and the ``punctual_delivery_seconds``
   histogram: counters that workers persist in ``DeliveryStat``, one upsert per
-  completed batch (``record_deliveries``, called by ``runs.leases.complete``).
+  completed batch (``runs.stats.record_deliveries``, called by
+  ``runs.leases.complete``).
 - ``punctual_processes{kind}``: dispatchers and workers seen within 30 s.
 - ``punctual_database_up``: 0 when the database did not answer; the other
   series are then left out of that scrape rather than reported as zeros.
@@ -28,11 +29,8 @@ process answers the same values. Each query is cheap on big tables:
 
 from __future__ import annotations
 
-import bisect
 import datetime as dt
 import logging
-import os
-from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
 from django.db import DatabaseError, connection
@@ -53,20 +51,12 @@ from prometheus_client.utils import floatToGoString
 from core.db import db_now, is_postgres
 from dispatch import fleet
 from dispatch.health import dispatch_lag_seconds
-from dispatch.models import DeliveryStat, ProcessHeartbeat, ProcessKind
+from dispatch.models import ProcessHeartbeat, ProcessKind
+from runs.models import DeliveryStat
+from runs.stats import BUCKETS, INF_BUCKET, NO_DURATION, OUTCOMES
 
 log = logging.getLogger("punctual.metrics")
 
-# Upper bounds (seconds) of the delivery histogram. Webhook timeouts go up to
-# 900 s, so the top buckets reach that far.
-BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
-INF_BUCKET = len(BUCKETS)
-NO_DURATION = -1
-# Attempt outcomes as runs.models.Attempt.Outcome spells them; always
-# exported, so a fresh install already has every series (at 0).
-OUTCOMES = ("succeeded", "failed", "permanent")
-# Writers spread over this many rows per counter (see DeliveryStat).
-STAT_SHARDS = 16
 # Up to this many 8 kB pages (about 60 MB), terminal run states are counted
 # exactly; a sequential scan of that costs tens of milliseconds.
 EXACT_COUNT_PAGES = 8000
@@ -84,57 +74,6 @@ RUN_STATES = (
 ACTIVE = RUN_STATES[:3]
 TERMINAL = RUN_STATES[3:]
 TARGET_KINDS = ("webhook", "pull")
-
-
-# ---------------------------------------------------------------------------
-# Writing: the workers' side
-# ---------------------------------------------------------------------------
-
-
-def bucket_of(duration_ms: int | None) -> int:
-    """The histogram bucket of one duration: the index of the smallest bound
-    that is >= it, ``INF_BUCKET`` past the last bound, ``NO_DURATION`` if None."""
-    if duration_ms is None:
-        return NO_DURATION
-    return bisect.bisect_left(BUCKETS, duration_ms / 1000)
-
-
-def record_deliveries(results: Iterable) -> int:
-    """Add a batch of completed attempts to the delivery counters.
-
-    ``results`` are ``runs.leases.Result`` (``attempt_outcome``,
-    ``duration_ms``). One INSERT ... ON CONFLICT DO UPDATE statement per batch,
-    on PostgreSQL and SQLite alike; call it inside the completion's
-    transaction so the counters commit with the runs they count. Returns the
-    number of counter rows written.
-    """
-    counts: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
-    for r in results:
-        key = (r.attempt_outcome, bucket_of(r.duration_ms))
-        counts[key][0] += 1
-        counts[key][1] += r.duration_ms or 0
-    if not counts:
-        return 0
-    # One process always writes the same shard. Rows are listed in a fixed
-    # order, so two batches that do share a shard lock its rows in the same
-    # order and cannot deadlock.
-    shard = os.getpid() % STAT_SHARDS
-    rows = sorted(counts.items())
-    table = DeliveryStat._meta.db_table
-    values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(rows))
-    params: list[object] = []
-    for (outcome, bucket), (n, ms) in rows:
-        params += [shard, outcome, bucket, n, ms]
-    with connection.cursor() as cur:
-        cur.execute(
-            f"INSERT INTO {table} (shard, outcome, bucket, deliveries, duration_ms)"
-            f" VALUES {values}"
-            " ON CONFLICT (shard, outcome, bucket) DO UPDATE SET"
-            f" deliveries = {table}.deliveries + excluded.deliveries,"
-            f" duration_ms = {table}.duration_ms + excluded.duration_ms",
-            params,
-        )
-    return len(rows)
 
 
 # ---------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from django.db import connection, transaction
 
 from core.db import adapt_dt, adapt_uuid, is_postgres, parse_dt, parse_uuid
-from dispatch import metrics
+from runs import stats
 
 log = logging.getLogger("punctual.leases")
 
@@ -532,7 +532,7 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
         done.pauses = _update_streaks([by_id[i] for i in done.applied])
         # Last in the transaction: the counter rows are shared by the workers
         # of one shard, so their row locks are held only until the commit.
-        metrics.record_deliveries([by_id[i] for i in done.applied])
+        stats.record_deliveries([by_id[i] for i in done.applied])
     for run_id in done.stale:
         r = by_id[run_id]
         log.warning(
