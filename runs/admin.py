@@ -25,6 +25,7 @@ from core.admin_base import BigTableAdmin, OwnerScopedAdmin
 from core.db import db_now
 from jobs.display import relative, short_duration
 from jobs.models import Channel
+from runs import job_admin  # noqa: F401  (registers the jobs and job events admins)
 from runs.display import lag_text, state_badge
 from runs.models import Attempt, RetryNotAllowed, Run, RunState
 

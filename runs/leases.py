@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from django.db import connection, transaction
 
 from core.db import adapt_dt, adapt_uuid, is_postgres, parse_dt, parse_uuid
-from runs import stats
+from runs import job_verbs, stats
 
 log = logging.getLogger("punctual.leases")
 
@@ -248,7 +248,7 @@ RELEASE_PG = """
 
 
 def db_now() -> dt.datetime:
-    from dispatch.queries import db_now as _now
+    from core.db import db_now as _now
 
     return _now()
 
@@ -749,5 +749,5 @@ def apply_pauses(pauses: list[tuple[uuid.UUID, str]]) -> None:
     for job_id, note in pauses:
         job = Job.objects.live().filter(pk=job_id, state="active").first()
         if job is not None:
-            job.pause(note=note, channel=Channel.SYSTEM)
+            job_verbs.pause(job, note=note, channel=Channel.SYSTEM)
             log.warning("job paused automatically", extra={"job_id": str(job_id), "note": note})
