@@ -380,7 +380,7 @@ class Delivery:
 
 
 def read_receiver_log(path: str | Path) -> Iterator[Delivery]:
-    """The ``start`` lines of a loopback receiver log (dispatch/loopback_receiver.py).
+    """The ``start`` lines of a loopback receiver log (ops/loopback_receiver.py).
 
     A line that is not JSON (the receiver may be writing it right now) is skipped.
     """

@@ -27,6 +27,6 @@ class PunctualAdminSite(admin.AdminSite):
         ]
 
     def dashboard_view(self, request):
-        from dispatch.dashboard import dashboard_view
+        from ops.dashboard import dashboard_view
 
         return dashboard_view(request, self.each_context(request))

@@ -6,6 +6,8 @@ settings module and get their environment from the test."""
 import os
 
 os.environ.setdefault("SECRET_KEY", "punctual-test-key")
+# The demo app's tests need its table; processes the tests start inherit this.
+os.environ.setdefault("PUNCTUAL_DEMO", "true")
 
 from scheduler_site.settings import *  # noqa: E402,F403
 

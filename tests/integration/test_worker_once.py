@@ -22,7 +22,7 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 def receiver_url(tmp_path):
     port_file = tmp_path / "port"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dispatch.loopback_receiver", "--port-file", str(port_file)],
+        [sys.executable, "-m", "ops.loopback_receiver", "--port-file", str(port_file)],
         cwd=ROOT,
     )
     deadline = time.monotonic() + 30

@@ -15,9 +15,9 @@ from rest_framework.authtoken.models import Token
 from standardwebhooks.webhooks import Webhook
 
 from dispatch import webhooks
-from dispatch.models import DemoDelivery
 from jobs import crypto
 from jobs.models import Job
+from ops.demo.models import DemoDelivery
 from runs.models import Run
 from tests.integration.ops.conftest import wait_until
 

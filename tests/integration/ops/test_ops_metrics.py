@@ -13,9 +13,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from core.db import db_now
-from dispatch import fleet, metrics
+from dispatch import fleet
 from dispatch.dispatcher import Dispatcher
 from jobs.models import Job
+from ops import metrics
 from runs import leases, stats
 from runs.models import Attempt, DeliveryStat, Run
 from tests.factories import make_job

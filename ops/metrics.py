@@ -50,8 +50,8 @@ from prometheus_client.utils import floatToGoString
 
 from core.db import db_now, is_postgres
 from dispatch import fleet
-from dispatch.health import dispatch_lag_seconds
 from dispatch.models import ProcessHeartbeat, ProcessKind
+from ops.health import dispatch_lag_seconds
 from runs.models import DeliveryStat
 from runs.stats import BUCKETS, INF_BUCKET, NO_DURATION, OUTCOMES
 
