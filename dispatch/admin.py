@@ -10,10 +10,10 @@ from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.utils.html import format_html
 
+from core.db import db_now
 from dispatch import fleet
 from dispatch.models import ProcessHeartbeat
 from jobs.display import relative
-from scheduler_site.db import db_now
 
 
 class FleetChangeList(ChangeList):

@@ -35,6 +35,7 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 from dispatch import fleet, queries
 from dispatch.planning import PENDING, plan_job
 from jobs.schedules import jitter_offset
+from runs import job_verbs
 
 log = logging.getLogger("punctual.dispatch")
 
@@ -169,7 +170,7 @@ class Dispatcher:
 
         now = queries.db_now()
         for job in Job.objects.live().filter(state=JobState.PAUSED, resume_at__lte=now)[:100]:
-            job.resume(channel=Channel.SYSTEM)
+            job_verbs.resume(job, channel=Channel.SYSTEM)
             log.info("auto-resumed", extra={"job_id": str(job.pk)})
 
     def _reap_and_prune(self) -> None:

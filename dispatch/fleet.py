@@ -12,8 +12,8 @@ import os
 import socket
 import uuid
 
+from core.db import db_now
 from dispatch.models import LagSample, ProcessHeartbeat
-from scheduler_site.db import db_now
 
 ALIVE_WITHIN = dt.timedelta(seconds=30)
 FORGET_AFTER = dt.timedelta(days=1)

@@ -12,9 +12,9 @@ import datetime as dt
 import uuid
 from collections.abc import Sequence
 
+from core.db import db_now as _db_now
+from core.db import dict_cursor
 from dispatch.planning import DueJob
-from scheduler_site.db import db_now as _db_now
-from scheduler_site.db import dict_cursor
 
 # The columns of DueJob, in its field names.
 _DUE_COLUMNS = """

@@ -1,14 +1,15 @@
 """The only outbound HTTP in Punctual: signing, the address guard, limits, errors.
 
-Everything a receiver sees is built here (PRODUCT.md §4 "Webhook delivery"), and
-every rule about where Punctual may connect lives here (PRODUCT.md §5 "Outbound
-addresses"). The module imports no Django, so the worker, the API validators and
-the unit tests all share the same code.
+Everything a receiver sees is built here (PRODUCT.md §4 "Webhook delivery"). The
+rules about where Punctual may connect (PRODUCT.md §5 "Outbound addresses") are
+jobs/targets.py; this module applies them again at delivery time. It imports no
+Django, so the worker and the unit tests share the same code.
 
 How an address is vetted, end to end:
 
-1. ``check_url()`` runs when a job is saved: scheme, host, no userinfo, length,
-   port; then the host is resolved and every answer must be public.
+1. ``check_url()`` (jobs/targets.py) runs when a job is saved: scheme, host, no
+   userinfo, length, port; then the host is resolved and every answer must be
+   public.
 2. ``deliver()`` re-checks the URL syntax and any literal IP host, because
    aiohttp connects to IP literals without asking a resolver.
 3. For host names, the session's ``GuardedResolver`` vets each DNS answer, and
@@ -25,18 +26,13 @@ import asyncio
 import base64
 import binascii
 import errno
-import functools
 import hashlib
 import hmac
 import ipaddress
 import json
-import re
 import socket
 import ssl
 import time
-import unicodedata
-import urllib.parse
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -45,8 +41,16 @@ from typing import Any
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import ThreadedResolver
-from yarl import URL
 
+from jobs.targets import (
+    UnsafeTargetError,
+    check_url,
+    check_url_syntax,
+    ip_literal,
+    is_public_address,
+    parse_target,
+    refuse_non_public,
+)
 from runs.retry import Outcome, classify_status
 
 __all__ = [
@@ -83,7 +87,6 @@ USER_AGENT = f"Punctual/{_version()}"
 # endless stream) must not cost a worker that much memory per delivery: with
 # 500 deliveries in flight that would be gigabytes.
 MAX_RESPONSE_BYTES = 64 * 1024
-MAX_URL_LENGTH = 2000
 MAX_EXCERPT_CHARS = 500
 MAX_ERROR_CHARS = 2000
 
@@ -93,11 +96,6 @@ MAX_ERROR_CHARS = 2000
 DNS_CACHE_SECONDS = 10
 
 _SECRET_PREFIX = "whsec_"
-_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-class UnsafeTargetError(ValueError):
-    """A webhook URL that Punctual refuses to call. The message is shown to the owner."""
 
 
 class RefusedAddressError(OSError):
@@ -240,214 +238,8 @@ def build_request(delivery: Delivery, now: datetime) -> tuple[dict[str, str], by
 
 
 # --------------------------------------------------------------------------
-# The address guard
+# The address guard at delivery time (the rules are jobs/targets.py)
 # --------------------------------------------------------------------------
-
-# Explicit lists on top of ipaddress.is_global, because is_global has changed
-# between Python releases and gets some ranges wrong for our purpose: on 3.11,
-# 224.0.0.1 (multicast) and ::127.0.0.1 (IPv4-compatible loopback) are "global".
-_BLOCKED_V4 = tuple(
-    ipaddress.IPv4Network(net)
-    for net in (
-        "0.0.0.0/8",  # "this network": connecting to 0.0.0.0 reaches localhost on Linux
-        "10.0.0.0/8",
-        "100.64.0.0/10",  # carrier-grade NAT shared space, internal to a provider
-        "127.0.0.0/8",
-        "169.254.0.0/16",  # link-local, incl. the 169.254.169.254 cloud metadata service
-        "172.16.0.0/12",
-        "192.0.0.0/24",  # IETF protocol assignments
-        "192.0.2.0/24",  # TEST-NET-1
-        "192.88.99.0/24",  # deprecated 6to4 relay anycast
-        "192.168.0.0/16",
-        "198.18.0.0/15",  # benchmarking
-        "198.51.100.0/24",  # TEST-NET-2
-        "203.0.113.0/24",  # TEST-NET-3
-        "224.0.0.0/4",  # multicast
-        "240.0.0.0/4",  # reserved, incl. 255.255.255.255 broadcast
-    )
-)
-_BLOCKED_V6 = tuple(
-    ipaddress.IPv6Network(net)
-    for net in (
-        # ::, ::1 and the deprecated IPv4-compatible form ::a.b.c.d: some stacks
-        # still route ::127.0.0.1 to loopback, and no real receiver lives here.
-        "::/96",
-        "::ffff:0:0:0/96",  # IPv4-translated (RFC 2765)
-        "64:ff9b:1::/48",  # local-use NAT64
-        "100::/64",  # discard-only
-        "2001::/23",  # IETF protocol assignments, incl. Teredo tunnels (2001::/32)
-        "2001:db8::/32",  # documentation
-        "3fff::/20",  # documentation (RFC 9637)
-        "5f00::/16",  # SRv6 SIDs
-        "fc00::/7",  # unique local
-        "fe80::/10",  # link-local
-        "fec0::/10",  # deprecated site-local
-        "ff00::/8",  # multicast
-    )
-)
-_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
-
-
-def is_public_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """True only for a globally routable unicast address.
-
-    IPv6 forms that embed an IPv4 address (mapped ``::ffff:a.b.c.d``, NAT64
-    ``64:ff9b::a.b.c.d``, 6to4 ``2002:AABB:CCDD::``) are judged by the IPv4
-    address inside, because the packet ends up there: ``[::ffff:127.0.0.1]``
-    is loopback, whatever its spelling.
-    """
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.scope_id:
-            # A zone index only makes sense for link-local and other scoped
-            # addresses; a public receiver never needs one.
-            return False
-        if ip.ipv4_mapped is not None:
-            return is_public_address(ip.ipv4_mapped)
-        if ip in _NAT64:
-            return is_public_address(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
-        if ip.sixtofour is not None and not is_public_address(ip.sixtofour):
-            return False
-        blocked = any(ip in net for net in _BLOCKED_V6) or ip.is_site_local
-    else:
-        blocked = any(ip in net for net in _BLOCKED_V4)
-    return not (
-        blocked
-        or not ip.is_global
-        or ip.is_private
-        or ip.is_loopback
-        or ip.is_link_local
-        or ip.is_multicast
-        or ip.is_reserved
-        or ip.is_unspecified
-    )
-
-
-# inet_aton() accepts legacy IPv4 spellings — "127.1", "0x7f.0.0.1",
-# "2130706433", octal "0177.0.0.1" — and getaddrinfo() uses it before DNS, so an
-# attacker can write loopback without a single "127.0.0.1" in the URL.
-_LEGACY_V4 = re.compile(r"[0-9a-fA-FxX.]+")
-
-
-def _ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """The address a host string denotes on its own, without DNS, or None for a name."""
-    text = host
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-    # yarl keeps an IPv6 zone index percent-encoded ("fe80::1%25eth0").
-    text = text.replace("%25", "%")
-    try:
-        return ipaddress.ip_address(text)
-    except ValueError:
-        pass
-    if text.isascii() and _LEGACY_V4.fullmatch(text):
-        try:
-            return ipaddress.IPv4Address(socket.inet_aton(text))
-        except OSError:
-            return None
-    return None
-
-
-def _looks_like_ip(host: str) -> bool:
-    # The same heuristic aiohttp uses to skip the resolver and connect directly.
-    # A host that aiohttp treats as an IP but that we cannot parse must be
-    # refused, or it would reach the socket layer unvetted.
-    return ":" in host or host.replace(".", "").isdigit()
-
-
-@functools.lru_cache(maxsize=8192)
-def _parse_target(url: str) -> URL:
-    """Parse with yarl — the parser aiohttp itself uses — and check the syntax.
-
-    Checking with the same parser that connects avoids parser differentials
-    (a URL that urllib reads as one host and aiohttp as another).
-    """
-    if not isinstance(url, str) or not url:
-        raise UnsafeTargetError("URL is required")
-    if len(url) > MAX_URL_LENGTH:
-        raise UnsafeTargetError(f"URL is longer than {MAX_URL_LENGTH} characters")
-    # Backslashes, whitespace and control characters are where URL parsers
-    # disagree (WHATWG reads "\" as "/"); no valid URL needs them unescaped.
-    if any(ch == "\\" or ch.isspace() or unicodedata.category(ch) == "Cc" for ch in url):
-        raise UnsafeTargetError("URL must not contain spaces, control characters or backslashes")
-    try:
-        parsed = URL(url)
-        netloc = urllib.parse.urlsplit(url).netloc
-    except (ValueError, TypeError, UnicodeError):
-        raise UnsafeTargetError("URL is not valid") from None
-    if parsed.scheme not in ("http", "https"):
-        raise UnsafeTargetError("URL must start with http:// or https://")
-    # Userinfo would be sent as Basic credentials and shown in logs and the
-    # admin, and "https://bank.example@evil.example/" misleads the human eye.
-    # Both parsers must agree there is none.
-    if "@" in netloc or parsed.raw_user is not None or parsed.raw_password is not None:
-        raise UnsafeTargetError("URL must not contain a user name or password")
-    host = parsed.raw_host
-    if not host:
-        raise UnsafeTargetError("URL must include a host name")
-    if _looks_like_ip(host) and _ip_literal(host) is None:
-        raise UnsafeTargetError(f"URL host is not a valid IP address ({host})")
-    port = parsed.port
-    if port is None or not 1 <= port <= 65535:
-        raise UnsafeTargetError("URL port must be between 1 and 65535")
-    return parsed
-
-
-def check_url_syntax(url: str) -> None:
-    """Raise ``UnsafeTargetError`` unless ``url`` is a well-formed http(s) URL.
-
-    No DNS, so it is cheap enough for every save and every delivery.
-    """
-    _parse_target(url)
-
-
-def _refuse_non_public(addresses: Iterable[str]) -> None:
-    for address in addresses:
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            # Fail closed: an answer we cannot read is an answer we cannot vet.
-            raise UnsafeTargetError(
-                f"URL host resolves to an unreadable address ({address})"
-            ) from None
-        if not is_public_address(ip):
-            raise UnsafeTargetError(f"URL host resolves to a non-public address ({address})")
-
-
-def _getaddrinfo_addresses(host: str) -> list[str]:
-    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    return [str(info[4][0]) for info in infos]
-
-
-def check_url(
-    url: str,
-    *,
-    allow_private: bool,
-    resolve: Callable[[str], list[str]] | None = None,
-) -> None:
-    """The save-time check: syntax, then (unless ``allow_private``) every address.
-
-    ``resolve`` maps an IDNA-encoded host name to address strings; the default
-    is ``socket.getaddrinfo``. Any non-public answer refuses the URL: a name
-    with one public and one private address would otherwise reach the private
-    one on some attempts. Delivery checks again (DNS can change after a save).
-    """
-    parsed = _parse_target(url)
-    if allow_private:
-        return
-    host = parsed.raw_host
-    assert host is not None  # _parse_target guarantees it
-    literal = _ip_literal(host)
-    if literal is not None:
-        if not is_public_address(literal):
-            raise UnsafeTargetError(f"URL host is a non-public address ({literal})")
-        return
-    try:
-        addresses = (resolve or _getaddrinfo_addresses)(host)
-    except (OSError, UnicodeError):
-        raise UnsafeTargetError(f"could not resolve {host}") from None
-    if not addresses:
-        raise UnsafeTargetError(f"could not resolve {host}")
-    _refuse_non_public(addresses)
 
 
 async def resolve_public(
@@ -463,7 +255,7 @@ async def resolve_public(
     ``resolver`` is an aiohttp ``AbstractResolver`` (default: ``ThreadedResolver``,
     i.e. ``getaddrinfo`` in a thread).
     """
-    literal = _ip_literal(host)
+    literal = ip_literal(host)
     if literal is not None:
         if not allow_private and not is_public_address(literal):
             raise UnsafeTargetError(f"URL host is a non-public address ({literal})")
@@ -477,7 +269,7 @@ async def resolve_public(
     if not addresses:
         raise UnsafeTargetError(f"could not resolve {host}")
     if not allow_private:
-        _refuse_non_public(addresses)
+        refuse_non_public(addresses)
     return addresses
 
 
@@ -699,8 +491,8 @@ async def deliver(
         )
 
     try:
-        target = _parse_target(delivery.url)
-        literal = _ip_literal(target.raw_host or "")
+        target = parse_target(delivery.url)
+        literal = ip_literal(target.raw_host or "")
         if not allow_private and literal is not None and not is_public_address(literal):
             raise UnsafeTargetError(f"refused non-public address {literal}")
         headers, body = build_request(delivery, now)

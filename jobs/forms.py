@@ -1,7 +1,7 @@
 """The admin's job form: the rules of PRODUCT.md §2, field by field.
 
 Schedules are checked by ``jobs.schedules`` (the same validators the API and
-the dispatcher rely on) and webhook URLs by ``dispatch.webhooks.check_url``
+the dispatcher rely on) and webhook URLs by ``jobs.targets.check_url``
 (the outbound-address rules of §5), so the admin accepts exactly what the rest
 of Punctual accepts, with the error next to the field.
 """
@@ -14,10 +14,10 @@ from django import forms
 from django.conf import settings
 from django.utils import timezone
 
-from dispatch.webhooks import UnsafeTargetError, check_url
 from jobs import schedules
 from jobs.limits import MAX_LENGTHS, MAX_PAYLOAD_BYTES, RANGES, payload_size
 from jobs.models import Job, TargetKind
+from jobs.targets import UnsafeTargetError, check_url
 
 
 def _zone_choices() -> list[tuple[str, str]]:

@@ -36,10 +36,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
+from core.api_errors import UnprocessableKey
+from core.db import db_now
 from jobs import crypto
 from jobs.models import IdempotencyKey
-from scheduler_site.api_errors import UnprocessableKey
-from scheduler_site.db import db_now
 
 HEADER = "Idempotency-Key"
 TTL = dt.timedelta(hours=24)

@@ -1,31 +1,29 @@
 """Jobs: what to run, when, and where to deliver it (PRODUCT.md §2).
 
 The schedule math lives in ``jobs.schedules`` (pure); this module holds the
-rows and the domain verbs that change them: pause, resume, trigger,
-rotate_secret, backfill. Views, the admin and the API call these verbs; none of
-them update job rows behind the model's back.
+rows and the domain verbs that touch only the job: reschedule, rotate_secret.
+The verbs that also create or cancel runs (pause, resume, trigger, backfill,
+soft_delete) are in runs/job_verbs.py, since jobs sits below runs. Views, the
+admin and the API call these verbs; none of them update job rows behind the
+model's back.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.db import models, transaction
 from django.db.models import Q
 
+from core.db import db_now
 from jobs import crypto
 from jobs.limits import MAX_LENGTHS, RANGES
 from jobs.schedules import Schedule
-from scheduler_site.db import db_now
-
-if TYPE_CHECKING:
-    from runs.models import Run
 
 ROTATION_OVERLAP = dt.timedelta(hours=24)
-MAX_BACKFILL = 1000
 
 
 class TargetKind(models.TextChoices):
@@ -242,105 +240,12 @@ class Job(models.Model):
         if self.state == JobState.ACTIVE and self.deleted_at is None:
             self.next_fire_at = self.compute_next_fire(db_now())
 
-    @transaction.atomic
-    def pause(
-        self,
-        *,
-        note: str = "",
-        resume_at: dt.datetime | None = None,
-        actor=None,
-        channel: str = Channel.API,
-    ) -> int:
-        """Stop new fires at once and cancel waiting runs. Returns runs cancelled.
-
-        A run that is already ``running`` finishes its current attempt, bounded
-        by its deadline; its retries are cancelled when it reports back.
-        """
-        from runs.models import Run
-
-        now = db_now()
-        # Pausing a paused job changes its note and resume_at, not when the
-        # pause began: that is where a catch-up resume counts fires from.
-        if self.state != JobState.PAUSED or self.paused_at is None:
-            self.paused_at = now
-        self.state = JobState.PAUSED
-        self.pause_note = note
-        self.resume_at = resume_at
-        self.next_fire_at = None
-        self.save()
-        cancelled = Run.objects.cancel_waiting(job_id=self.pk, reason="paused", now=now)
-        self.record_event(
-            "paused",
-            actor=actor,
-            channel=channel,
-            changes={
-                "note": note,
-                "resume_at": resume_at.isoformat() if resume_at else None,
-                "cancelled_runs": cancelled,
-            },
-        )
-        return cancelled
-
     def fires_missed_while_paused(self, now: dt.datetime) -> list[dt.datetime]:
         """The last ``max_catchup`` fires that fell inside the pause."""
         if self.paused_at is None:
             return []
         fires = self.schedule.fires_between(self.paused_at, now, limit=1_000_000)
         return fires[-self.max_catchup :]
-
-    @transaction.atomic
-    def resume(
-        self,
-        *,
-        catch_up: bool = False,
-        dry_run: bool = False,
-        actor=None,
-        channel: str = Channel.API,
-    ) -> dict[str, Any]:
-        """Resume from now. Fires inside the pause are declined, not missed,
-        unless ``catch_up`` asks for the last ``max_catchup`` of them."""
-        from runs.models import Run, RunKind
-
-        now = db_now()
-        catch_up_fires = self.fires_missed_while_paused(now) if catch_up else []
-        next_fire = self.compute_next_fire(now)
-        plan = {
-            "catch_up": [f.isoformat() for f in catch_up_fires],
-            "next_fire_at": next_fire.isoformat() if next_fire else None,
-            "created": 0,
-        }
-        if dry_run or self.state == JobState.ACTIVE:
-            return plan
-        self.state = JobState.ACTIVE
-        self.pause_note = ""
-        self.resume_at = None
-        self.paused_at = None
-        self.next_fire_at = next_fire
-        self.consecutive_failures = 0
-        self.save()
-        plan["created"] = Run.objects.create_for_fires(self, catch_up_fires, kind=RunKind.CATCH_UP)
-        self.record_event(
-            "resumed", actor=actor, channel=channel, changes={"catch_up": plan["catch_up"]}
-        )
-        return plan
-
-    @transaction.atomic
-    def trigger(self, *, actor=None, channel: str = Channel.API) -> Run:
-        """A manual run, scheduled at the database's now, delivered like any other."""
-        from runs.models import Run, RunKind
-
-        now = db_now()
-        run = Run.objects.create(
-            job=self,
-            scheduled_at=now,
-            available_at=now,
-            kind=RunKind.MANUAL,
-            max_attempts=self.max_attempts,
-            target_kind=self.target_kind,
-            exclusive=self.overlap_policy != OverlapPolicy.ALLOW,
-        )
-        self.record_event("triggered", actor=actor, channel=channel, changes={"run": str(run.pk)})
-        return run
 
     @transaction.atomic
     def rotate_secret(self, *, actor=None, channel: str = Channel.API) -> str:
@@ -353,56 +258,6 @@ class Job(models.Model):
         self.save()
         self.record_event("secret_rotated", actor=actor, channel=channel)
         return new_secret
-
-    @transaction.atomic
-    def backfill(
-        self,
-        start: dt.datetime,
-        end: dt.datetime,
-        *,
-        dry_run: bool = False,
-        actor=None,
-        channel: str = Channel.API,
-    ) -> dict[str, Any]:
-        """Every slot in [start, end) without a run becomes a ``backfill`` run.
-
-        Slots that already have a run are left alone (the unique fire key makes
-        a repeated backfill harmless).
-        """
-        from runs.models import Run, RunKind
-
-        slots = self.schedule.fires_between(start, end, limit=MAX_BACKFILL)
-        taken = set(
-            Run.objects.filter(job=self, scheduled_at__in=slots).values_list(
-                "scheduled_at", flat=True
-            )
-        )
-        free = [s for s in slots if s not in taken]
-        created = 0
-        if not dry_run and free:
-            created = Run.objects.create_for_fires(self, free, kind=RunKind.BACKFILL)
-            self.record_event(
-                "backfilled",
-                actor=actor,
-                channel=channel,
-                changes={"start": start.isoformat(), "end": end.isoformat(), "created": created},
-            )
-        return {"slots": [s.isoformat() for s in free], "created": created}
-
-    @transaction.atomic
-    def soft_delete(self, *, actor=None, channel: str = Channel.API) -> int:
-        """Hide the job and cancel its waiting runs; history stays for audit."""
-        from runs.models import Run
-
-        now = db_now()
-        self.deleted_at = now
-        self.next_fire_at = None
-        self.save()
-        cancelled = Run.objects.cancel_waiting(job_id=self.pk, reason="deleted", now=now)
-        self.record_event(
-            "deleted", actor=actor, channel=channel, changes={"cancelled_runs": cancelled}
-        )
-        return cancelled
 
 
 class JobEvent(models.Model):

@@ -64,6 +64,8 @@ from itertools import islice
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
+from core.errors import UserFacingError
+
 __all__ = [
     "MACROS",
     "MAX_CRON_LENGTH",
@@ -127,7 +129,7 @@ _HOUR, _DOM, _MONTH, _DOW = 1, 2, 3, 4
 _DAYS_IN_MONTH = {m: calendar.monthrange(2001, m)[1] for m in range(1, 13)}  # February: 28
 
 
-class ScheduleError(ValueError):
+class ScheduleError(UserFacingError):
     """An invalid schedule. The message is user-facing: the API and the admin
     show it next to the field, e.g. ``Not a valid cron expression: ...``."""
 

@@ -1,7 +1,7 @@
 """The runs admin: what missed, what is late, what is running where, what failed and why.
 
 The runs table is the biggest in Punctual (a million rows is ordinary), so the
-list never counts it (scheduler_site.admin_site.BigTableAdmin), sorts only by
+list never counts it (core.admin_base.BigTableAdmin), sorts only by
 ``scheduled_at`` (the ``run_scheduled_at_idx`` index), and reads the database
 clock once per page for every countdown. Runs are made by the dispatcher, not
 by hand: nobody adds them here, and only superusers may delete them.
@@ -21,12 +21,13 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
+from core.admin_base import BigTableAdmin, OwnerScopedAdmin
+from core.db import db_now
 from jobs.display import relative, short_duration
 from jobs.models import Channel
+from runs import job_admin  # noqa: F401  (registers the jobs and job events admins)
 from runs.display import lag_text, state_badge
 from runs.models import Attempt, RetryNotAllowed, Run, RunState
-from scheduler_site.admin_site import BigTableAdmin, OwnerScopedAdmin
-from scheduler_site.db import db_now
 
 # A run is late when it started this long after its scheduled time, or is
 # still waiting this long after it became available. Jitter is part of the lag

@@ -46,10 +46,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.db import db_now
 from jobs.models import Job, JobState
 from jobs.schedules import ScheduleError
 from runs.models import Run, RunKind, RunState
-from scheduler_site.db import db_now
 
 UTC = dt.UTC
 ONE_US = dt.timedelta(microseconds=1)
@@ -380,7 +380,7 @@ class Delivery:
 
 
 def read_receiver_log(path: str | Path) -> Iterator[Delivery]:
-    """The ``start`` lines of a loopback receiver log (dispatch/loopback_receiver.py).
+    """The ``start`` lines of a loopback receiver log (ops/loopback_receiver.py).
 
     A line that is not JSON (the receiver may be writing it right now) is skipped.
     """

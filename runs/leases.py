@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from scheduler_site.db import db_now, dict_cursor
+from core.db import db_now, dict_cursor
 
 # An attempt's deadline is its start + timeout_seconds + this grace. A
 # heartbeat never extends a lease past it, so a wedged worker that keeps

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from django.db import models, transaction
 from django.db.models import Q
 
+from core.db import db_now
 from jobs.schedules import jitter_offset
-from scheduler_site.db import db_now
 
 if TYPE_CHECKING:
     from jobs.models import Job
@@ -263,3 +263,37 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.run_id}: {self.outcome}"
+
+
+class DeliveryStat(models.Model):
+    """Delivery counters behind ``punctual_deliveries_total`` and the
+    ``punctual_delivery_seconds`` histogram (runs/stats.py writes them,
+    ops/metrics.py reads them).
+
+    Workers deliver; web processes serve /metrics. Neither can see the other's
+    memory, so the workers add to these rows, one upsert per completed batch.
+    Each row counts the attempts of one outcome that fell into one histogram
+    bucket. ``shard`` spreads the writers over a few rows per bucket, so two
+    workers completing at once rarely wait on the same row lock. Rows are never
+    deleted: the table stays at most shards x outcomes x buckets rows, and the
+    counters only go up, as Prometheus expects.
+    """
+
+    shard = models.PositiveSmallIntegerField()
+    outcome = models.CharField(max_length=15)
+    # Index into stats.BUCKETS of the smallest bound >= the duration;
+    # len(BUCKETS) means above the largest bound (+Inf), -1 means no duration
+    # was measured (counted in the total, not in the histogram).
+    bucket = models.SmallIntegerField()
+    deliveries = models.BigIntegerField(default=0)
+    duration_ms = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["shard", "outcome", "bucket"], name="deliverystat_one_row_per_counter"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.outcome} bucket {self.bucket}: {self.deliveries}"

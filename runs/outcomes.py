@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from dispatch import metrics
+from core.db import db_now, dict_cursor
+from runs import job_verbs, stats
 from runs.after_attempt import FAILED, SUCCEEDED, pause_after_streak
-from scheduler_site.db import db_now, dict_cursor
 
 log = logging.getLogger("punctual.leases")
 
@@ -193,7 +193,7 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
         done.pauses = _update_streaks([by_id[i] for i in done.applied])
         # Last in the transaction: the counter rows are shared by the workers
         # of one shard, so their row locks are held only until the commit.
-        metrics.record_deliveries([by_id[i] for i in done.applied])
+        stats.record_deliveries([by_id[i] for i in done.applied])
     for run_id in done.stale:
         r = by_id[run_id]
         log.warning(
@@ -294,5 +294,5 @@ def apply_pauses(pauses: list[tuple[uuid.UUID, str]]) -> None:
     for job_id, note in pauses:
         job = Job.objects.live().filter(pk=job_id, state="active").first()
         if job is not None:
-            job.pause(note=note, channel=Channel.SYSTEM)
+            job_verbs.pause(job, note=note, channel=Channel.SYSTEM)
             log.warning("job paused automatically", extra={"job_id": str(job_id), "note": note})

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from runs.models import Attempt, Run, RunKind, RunState
-from scheduler_site.api_fields import (
+from core.api_fields import (
     StrictBooleanField,
     StrictCharField,
     StrictChoiceField,
     StrictIntegerField,
     StrictSerializer,
 )
+from runs.models import Attempt, Run, RunKind, RunState
 
 MAX_WORKER_NAME = 100
 

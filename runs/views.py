@@ -22,6 +22,10 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.api_base import ApiViewMixin
+from core.api_errors import Conflict, error_response
+from core.api_fields import EmptySerializer
+from core.db import db_now
 from jobs.models import Channel, Job
 from runs import leases, outcomes
 from runs.after_attempt import after_attempt
@@ -37,10 +41,6 @@ from runs.serializers import (
     RunFilterSerializer,
     RunSerializer,
 )
-from scheduler_site.api_base import ApiViewMixin
-from scheduler_site.api_errors import Conflict, error_response
-from scheduler_site.api_fields import EmptySerializer
-from scheduler_site.db import db_now
 
 _SYSTEM_RNG = random.SystemRandom()
 

@@ -10,7 +10,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
-from jobs.views import JobViewSet, SchedulePreviewView
+from runs.job_views import JobViewSet, SchedulePreviewView
 from runs.views import RunViewSet
 
 router = SimpleRouter()

@@ -26,9 +26,9 @@ def dispatcher_outage(request) -> dict:
             return None
         from django.db.models import Max
 
+        from core.db import db_now
         from dispatch import fleet
         from dispatch.models import ProcessHeartbeat, ProcessKind
-        from scheduler_site.db import db_now
 
         now = db_now()
         if fleet.alive(ProcessKind.DISPATCHER, now).exists():

@@ -24,6 +24,7 @@ env = environ.Env(
     PUNCTUAL_LOG_JSON=(bool, False),
     PUNCTUAL_LOG_LEVEL=(str, "INFO"),
     PUNCTUAL_API_RATE=(str, "6000/min"),
+    PUNCTUAL_DEMO=(bool, False),
 )
 
 DEBUG = env("DEBUG")
@@ -52,6 +53,9 @@ PUNCTUAL_RUN_RETENTION_DAYS = env("PUNCTUAL_RUN_RETENTION_DAYS")
 # one key is derived from SECRET_KEY (see jobs/crypto.py).
 PUNCTUAL_ENCRYPTION_KEYS = env("PUNCTUAL_ENCRYPTION_KEYS")
 
+# The demo app (ops.demo): the built-in receiver that `make run` delivers to.
+PUNCTUAL_DEMO = env("PUNCTUAL_DEMO")
+
 INSTALLED_APPS = [
     # django.contrib.admin, with Punctual's site (dashboard URL) as admin.site.
     "scheduler_site.admin_apps.PunctualAdminConfig",
@@ -68,6 +72,10 @@ INSTALLED_APPS = [
     "jobs",
     "runs",
     "dispatch",
+    "ops",
+    # The demo receiver's table and ``manage.py demo`` (make run): only with
+    # PUNCTUAL_DEMO=true, so a production schema never has the demo's table.
+    *(["ops.demo"] if PUNCTUAL_DEMO else []),
 ]
 
 MIDDLEWARE = [
@@ -147,7 +155,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"user": env("PUNCTUAL_API_RATE")},
     "COERCE_DECIMAL_TO_STRING": False,
-    "EXCEPTION_HANDLER": "scheduler_site.api_errors.exception_handler",
+    "EXCEPTION_HANDLER": "core.api_errors.exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -169,8 +177,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "plain": {"()": "scheduler_site.logs.KeyValueFormatter"},
-        "json": {"()": "scheduler_site.logs.JsonFormatter"},
+        "plain": {"()": "core.logs.KeyValueFormatter"},
+        "json": {"()": "core.logs.JsonFormatter"},
     },
     "handlers": {
         "console": {

@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("SECRET_KEY", "punctual-test-key")
+# The demo app's tests need its table; processes the tests start inherit this.
+os.environ.setdefault("PUNCTUAL_DEMO", "true")
 
 if not os.environ.get("DATABASE_URL"):
     from scheduler_site import localdb

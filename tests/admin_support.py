@@ -9,9 +9,9 @@ import socket
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 
+from core.db import db_now
 from dispatch.models import ProcessHeartbeat, ProcessKind
 from runs.models import Attempt, Run
-from scheduler_site.db import db_now
 
 OWNERS_GROUP = "Job owners"
 PASSWORD = "pw-owner-123"

@@ -11,11 +11,12 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import Select
 
+from core.db import db_now
 from dispatch.models import LagSample
 from jobs import crypto
 from jobs.models import Job
+from runs import job_verbs
 from runs.models import Run
-from scheduler_site.db import db_now
 from tests.admin_support import add_attempt, beat, make_owner, make_run
 from tests.factories import make_job
 
@@ -186,7 +187,7 @@ def test_another_owner_sees_none_of_my_jobs_or_runs_and_gets_not_found(page):
     ann, ben = make_owner("ann"), make_owner("ben")
     job = make_job(ann, name="ann-private-job")
     run = give_history(job, ["failed", "succeeded"])[0]
-    job.pause(note="ann's maintenance", actor=ann, channel="admin")
+    job_verbs.pause(job, note="ann's maintenance", actor=ann, channel="admin")
     make_job(ben, name="ben-own-job")
     page.log_in("ben")
 

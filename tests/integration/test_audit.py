@@ -14,11 +14,12 @@ import time_machine
 from django.core.management import call_command, execute_from_command_line
 from django.core.management.base import CommandError
 
+from core.db import db_now
 from dispatch.dispatcher import Dispatcher
 from jobs.models import Job
+from runs import job_verbs
 from runs.audit import Kind, audit
 from runs.models import Run
-from scheduler_site.db import db_now
 from tests.factories import at, make_job
 
 pytestmark = pytest.mark.django_db
@@ -98,7 +99,7 @@ def test_a_clean_history_passes_and_the_command_exits_zero(owner, tmp_path):
     succeed(runs[:4])  # the last two are still pending: a live state accounts for a fire
     # A retry of one fire is a second delivery under the same webhook-id: fine.
     log = write_log(tmp_path / "r.jsonl", [(r.pk, r) for r in runs[:4]] + [(runs[0].pk, runs[0])])
-    job.trigger()  # manual runs are the owner's own, not a slot
+    job_verbs.trigger(job)  # manual runs are the owner's own, not a slot
 
     report = audit(SINCE, UNTIL, receiver_log=log)
     assert report.ok, report.render()
@@ -123,9 +124,9 @@ def test_missed_skipped_and_catch_up_runs_account_for_their_slots(owner):
 def test_a_paused_stretch_has_no_slots(owner):
     job = every_minute_job(owner, fires=3)  # T0, T0+1, T0+2
     with time_machine.travel(T0 + 2 * MIN + dt.timedelta(seconds=30), tick=False):
-        job.pause(note="maintenance")
+        job_verbs.pause(job, note="maintenance")
     with time_machine.travel(T0 + 7 * MIN + dt.timedelta(seconds=30), tick=False):
-        job.resume()
+        job_verbs.resume(job)
     Job.objects.filter(pk=job.pk).update(next_fire_at=T0 + 8 * MIN)
     Dispatcher().tick(now=T0 + 8 * MIN)
     Dispatcher().tick(now=T0 + 9 * MIN)

@@ -9,6 +9,7 @@ import pytest
 from dispatch import queries
 from dispatch.dispatcher import Dispatcher
 from jobs.models import Job
+from runs import job_verbs
 from runs.models import Run
 from tests.factories import at, make_job
 
@@ -57,7 +58,7 @@ def test_a_fire_inserted_twice_is_one_run(owner):
 
 def test_paused_jobs_are_not_dispatched(owner):
     job = due_at(make_job(owner), T0)
-    job.pause(note="maintenance")
+    job_verbs.pause(job, note="maintenance")
     assert Dispatcher().tick(now=T0 + S).created == {}
     assert runs_of(job) == []
 
@@ -144,7 +145,7 @@ def test_cron_job_in_a_zone_fires_at_the_local_time(owner):
 
 def test_auto_resume_at_resume_at(owner):
     job = make_job(owner)
-    job.pause(note="until later", resume_at=at("2000-01-01T00:00:00"))
+    job_verbs.pause(job, note="until later", resume_at=at("2000-01-01T00:00:00"))
     Dispatcher()._auto_resume()
     job.refresh_from_db()
     assert job.state == "active" and job.next_fire_at is not None

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from jobs.models import Job
-from runs import leases, outcomes
+from runs import job_verbs, leases, outcomes
 from runs.after_attempt import GONE_NOTE
 from runs.models import Attempt, Run
 from tests.factories import at, make_job
@@ -146,7 +146,7 @@ def test_a_retry_of_a_paused_job_is_cancelled_not_rescheduled(owner):
     job = make_job(owner)
     run = pending_run(job)
     leases.claim("w1", limit=1, lease_seconds=5, now=T0)
-    job.pause(note="stop")
+    job_verbs.pause(job, note="stop")
     run.refresh_from_db()
     assert run.state == "running"  # the running attempt is left to finish
     outcomes.complete("w1", [result(run, 1, "retrying", retry_in=5)], now=T0 + S)

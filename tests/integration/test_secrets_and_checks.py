@@ -8,6 +8,7 @@ from django.test import override_settings
 
 from dispatch.worker import Worker
 from jobs import crypto
+from runs import job_verbs
 from runs.models import Run
 from scheduler_site.checks import utc_everywhere
 from tests.factories import make_job
@@ -23,7 +24,7 @@ def test_secret_is_stored_encrypted_and_decrypts_with_the_configured_key(owner):
 @pytest.mark.django_db
 def test_a_secret_that_cannot_be_decrypted_is_never_sent_unsigned(owner):
     job = make_job(owner, url="http://127.0.0.1:9/never-reached", max_attempts=3)
-    run = job.trigger()
+    run = job_verbs.trigger(job)
     with override_settings(
         PUNCTUAL_ENCRYPTION_KEYS=[Fernet.generate_key().decode()],
         PUNCTUAL_ALLOW_PRIVATE_TARGETS=True,

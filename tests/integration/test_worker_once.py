@@ -11,6 +11,7 @@ import pytest
 from django.test import override_settings
 
 from dispatch.worker import Worker
+from runs import job_verbs
 from runs.models import Run
 from tests.factories import make_job
 
@@ -21,7 +22,7 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 def receiver_url(tmp_path):
     port_file = tmp_path / "port"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dispatch.loopback_receiver", "--port-file", str(port_file)],
+        [sys.executable, "-m", "ops.loopback_receiver", "--port-file", str(port_file)],
         cwd=ROOT,
     )
     deadline = time.monotonic() + 30
@@ -36,9 +37,9 @@ def receiver_url(tmp_path):
 @pytest.mark.django_db
 @override_settings(PUNCTUAL_ALLOW_PRIVATE_TARGETS=True)
 def test_run_once_delivers_retries_and_fails_by_status(owner, receiver_url):
-    ok = make_job(owner, url=receiver_url("ok")).trigger()
-    flaky = make_job(owner, url=receiver_url("status/503"), max_attempts=2).trigger()
-    bad = make_job(owner, url=receiver_url("status/404")).trigger()
+    ok = job_verbs.trigger(make_job(owner, url=receiver_url("ok")))
+    flaky = job_verbs.trigger(make_job(owner, url=receiver_url("status/503"), max_attempts=2))
+    bad = job_verbs.trigger(make_job(owner, url=receiver_url("status/404")))
     assert Worker(concurrency=10, lease_seconds=5).run_once() == 3
 
     ok, flaky, bad = (Run.objects.get(pk=r.pk) for r in (ok, flaky, bad))

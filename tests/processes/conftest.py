@@ -116,7 +116,7 @@ def receiver(processes, tmp_path):
     log_path = tmp_path / "receiver.jsonl"
     proc = processes.start(
         "-m",
-        "dispatch.loopback_receiver",
+        "ops.loopback_receiver",
         "--log",
         str(log_path),
         "--port-file",

@@ -9,10 +9,10 @@ from collections import defaultdict
 import pytest
 from django.db.models import Count
 
+from core.db import db_now
 from dispatch.models import ProcessHeartbeat
 from jobs.models import Job
 from runs.models import Run
-from scheduler_site.db import db_now
 from tests.factories import make_job
 from tests.processes.conftest import wait_until
 

@@ -9,9 +9,9 @@ import signal
 
 import pytest
 
+from core.db import db_now
 from dispatch.fleet import ALIVE_WITHIN
 from dispatch.models import ProcessHeartbeat
-from scheduler_site.db import db_now
 from tests.processes.conftest import wait_until
 
 pytestmark = [

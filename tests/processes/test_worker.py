@@ -10,11 +10,12 @@ import signal
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from core.db import db_now
 from dispatch.models import ProcessHeartbeat
 from jobs import crypto
+from runs import job_verbs
 from runs.leases import DEADLINE_GRACE_SECONDS
 from runs.models import Run
-from scheduler_site.db import db_now
 from tests.factories import make_job
 from tests.processes.conftest import process_env, wait_until
 
@@ -34,7 +35,7 @@ def test_deliveries_verify_with_standardwebhooks_during_a_rotation(owner, proces
     job = make_job(owner, url=receiver.url("ok"))
     old_secret = crypto.decrypt(job.secret_encrypted)
     new_secret = job.rotate_secret()
-    run = job.trigger()
+    run = job_verbs.trigger(job)
     processes.manage("work", "--lease-seconds", "5")
     wait_until(lambda: finished(run.pk), timeout=60, message="the run to finish")
     assert run_state(run.pk).state == "succeeded"
@@ -53,7 +54,7 @@ def test_deliveries_verify_with_standardwebhooks_during_a_rotation(owner, proces
 def test_sigkilled_worker_run_is_redelivered_with_the_same_id(owner, processes, receiver):
     lease = 3
     job = make_job(owner, url=receiver.url("hold-first"), timeout_seconds=60)
-    run = job.trigger()
+    run = job_verbs.trigger(job)
     first = processes.manage("work", "--lease-seconds", str(lease), "--name", "doomed")
     wait_until(lambda: receiver.entries(), timeout=60, message="the first delivery")
     # The survivor is already up and polling when the first worker dies.
@@ -90,7 +91,7 @@ def test_a_receiver_that_never_finishes_times_out_each_attempt_then_fails(
     job = make_job(
         owner, url=receiver.url(path), timeout_seconds=2, max_attempts=2, retry_backoff_seconds=1
     )
-    run = job.trigger()
+    run = job_verbs.trigger(job)
     processes.manage("work", "--lease-seconds", "30")
 
     def check_lease():
@@ -126,7 +127,9 @@ def test_status_handling(owner, processes, receiver):
     redirect = job_for("redirect")
     gone = job_for("status/410")
     big = job_for("big")
-    runs = {j.name: j.trigger() for j in (flaky, bad_request, throttled, redirect, gone, big)}
+    runs = {
+        j.name: job_verbs.trigger(j) for j in (flaky, bad_request, throttled, redirect, gone, big)
+    }
     processes.manage("work", "--lease-seconds", "10")
     wait_until(
         lambda: all(finished(r.pk) for r in runs.values()), timeout=90, message="all runs to finish"
@@ -158,7 +161,7 @@ def test_status_handling(owner, processes, receiver):
 def test_private_targets_are_refused_at_delivery_when_not_allowed(owner, processes, receiver):
     # Saved while allowed (e.g. through a since-tightened setting); refused at delivery.
     job = make_job(owner, url=receiver.url("ok"))
-    run = job.trigger()
+    run = job_verbs.trigger(job)
     processes.manage("work", env=process_env(PUNCTUAL_ALLOW_PRIVATE_TARGETS="false"))
     wait_until(lambda: finished(run.pk), timeout=60, message="the run to be refused")
     done = run_state(run.pk)

@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from dispatch import charts
 from jobs.display import describe_interval, describe_schedule, relative, short_duration
+from ops import charts
 
 
 @pytest.mark.parametrize(

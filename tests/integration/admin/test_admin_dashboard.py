@@ -11,8 +11,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from core.db import db_now
 from dispatch.models import LagSample
-from scheduler_site.db import db_now
 from tests.admin_support import beat, make_run
 from tests.factories import make_job
 

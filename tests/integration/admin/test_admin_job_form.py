@@ -10,11 +10,12 @@ import re
 import pytest
 from django.urls import reverse
 
+from core.db import db_now
 from dispatch.webhooks import Delivery, build_request
 from jobs import crypto
 from jobs.models import Job, JobEvent
+from runs import job_verbs
 from runs.models import Run
-from scheduler_site.db import db_now
 from tests.admin_support import add_attempt, make_run
 from tests.factories import make_job
 
@@ -243,7 +244,7 @@ def test_the_job_page_shows_audit_events_and_the_run_history_strip(ann, ann_clie
     job = make_job(ann)
     for ago, state in ((300, "succeeded"), (200, "failed"), (100, "succeeded")):
         make_run(job, state=state, ago=ago)
-    job.pause(note="deploy", actor=ann, channel="admin")
+    job_verbs.pause(job, note="deploy", actor=ann, channel="admin")
     page = ann_client.get(change_url(job)).content.decode()
     history = re.search(r'<div class="punctual-history">.*?</div></div>', page, re.S).group(0)
     assert re.findall(r"punctual-sq st-(\w+)", history) == ["succeeded", "failed", "succeeded"]
@@ -271,7 +272,7 @@ def test_superusers_choose_the_owner_of_a_new_job(ann, root_client):
 def test_saving_over_a_change_made_meanwhile_is_refused(ann, ann_client):
     job = make_job(ann, name="nightly-report")
     loaded_at = job.version
-    job.pause(note="paused through the API meanwhile")
+    job_verbs.pause(job, note="paused through the API meanwhile")
     response = ann_client.post(
         change_url(job), form_data(description="edit", expected_version=str(loaded_at))
     )

@@ -9,6 +9,7 @@ import pytest
 from django.urls import reverse
 
 from jobs.models import Job, JobEvent
+from runs import job_verbs
 from runs.models import Run
 from tests.admin_support import make_run
 from tests.factories import make_job
@@ -72,7 +73,7 @@ def test_next_fire_is_shown_in_the_jobs_zone(ann, ann_client):
 )
 def test_filters_answer_state_target_policies_and_failing(ann, ann_client, params, expected):
     make_job(ann, name="plain")
-    make_job(ann, name="paused-one").pause(note="maintenance")
+    job_verbs.pause(make_job(ann, name="paused-one"), note="maintenance")
     make_job(ann, name="pull-one", target_kind="pull", url="")
     make_job(ann, name="catch-up-one", misfire_policy="catch_up")
     make_job(ann, name="queue-one", overlap_policy="queue")
@@ -120,7 +121,7 @@ def test_trigger_now_makes_a_manual_run_per_job(ann, ann_client):
 
 def test_pausing_a_paused_job_again_changes_nothing(ann, ann_client):
     job = make_job(ann)
-    job.pause(note="by hand")
+    job_verbs.pause(job, note="by hand")
     response = act(ann_client, "pause_jobs", job)
     job.refresh_from_db()
     assert job.pause_note == "by hand"
@@ -129,5 +130,5 @@ def test_pausing_a_paused_job_again_changes_nothing(ann, ann_client):
 
 def test_deleted_jobs_are_not_listed(ann, ann_client):
     make_job(ann, name="kept")
-    make_job(ann, name="gone").soft_delete()
+    job_verbs.soft_delete(make_job(ann, name="gone"))
     assert rows(get(ann_client)) == ["kept"]

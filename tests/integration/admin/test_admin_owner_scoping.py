@@ -8,6 +8,7 @@ from django.contrib.auth.models import Group
 from django.urls import reverse
 
 from jobs.models import Job, JobEvent
+from runs import job_verbs
 from runs.models import Run
 from tests.admin_support import OWNERS_GROUP, make_run
 from tests.factories import make_job
@@ -35,7 +36,7 @@ def test_owner_lists_show_only_their_own_jobs_runs_and_events(ann, ben, ann_clie
     theirs = make_job(ben, name="ben-secret-job")
     make_run(mine, state="failed")
     make_run(theirs, state="failed")
-    theirs.pause(actor=ben, channel="admin")
+    job_verbs.pause(theirs, actor=ben, channel="admin")
     mine.record_event("renamed", actor=ann, channel="admin")
 
     jobs = ann_client.get(reverse("admin:jobs_job_changelist")).content.decode()

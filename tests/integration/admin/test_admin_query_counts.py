@@ -10,8 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from core.db import db_now
 from runs.models import Run
-from scheduler_site.db import db_now
 from tests.admin_support import beat, make_owner
 from tests.factories import make_job
 

@@ -13,10 +13,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from core.db import db_now
+from core.paginators import LookaheadPaginator
 from jobs.models import JobEvent
 from runs.models import Run
-from runs.paginators import LookaheadPaginator
-from scheduler_site.db import db_now
 from tests.admin_support import add_attempt, make_run
 from tests.factories import make_job
 

@@ -7,7 +7,7 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from dispatch import webhooks
+from jobs import targets
 from tests.integration.api.support import token_client
 
 
@@ -20,7 +20,7 @@ def _no_dns(monkeypatch):
             return ["127.0.0.1", "::1"]
         raise OSError(f"no DNS in tests ({host})")
 
-    monkeypatch.setattr(webhooks, "_getaddrinfo_addresses", resolve)
+    monkeypatch.setattr(targets, "_getaddrinfo_addresses", resolve)
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from jobs.models import IdempotencyKey, Job, JobEvent
-from runs import leases
+from runs import job_verbs, leases
 from runs.models import Attempt, Run
 from tests.factories import make_job
 from tests.integration.api.support import PUBLIC_URL
@@ -91,12 +91,12 @@ def owned(owner):
     """Owner A's objects: a pull job whose run is held by A's worker (so
     heartbeat and complete would work for A), and a failed run to retry."""
     job = make_job(owner, name="a's job", target_kind="pull", url="")
-    held = job.trigger()
+    held = job_verbs.trigger(job)
     [claimed] = leases.claim(
         f"pull:{owner.pk}:w1", limit=1, lease_seconds=600, target_kind="pull", job_owner_id=owner.pk
     )
     assert claimed.run_id == held.pk
-    failed = make_job(owner, name="a's other job").trigger()
+    failed = job_verbs.trigger(make_job(owner, name="a's other job"))
     Run.objects.filter(pk=failed.pk).update(state="failed")
     return {"job": job, "held": held, "failed": failed}
 
@@ -177,7 +177,7 @@ LISTS = ["/api/v1/jobs/", "/api/v1/runs/"]
 
 def test_lists_never_show_another_owner_s_rows(api, other_api, owned, other_owner):
     theirs = make_job(other_owner, name="b's job")
-    theirs_run = theirs.trigger()
+    theirs_run = job_verbs.trigger(theirs)
     a_job = str(owned["job"].pk)
     for url in LISTS:
         rows = other_api.get(url).json()["results"]
@@ -187,7 +187,7 @@ def test_lists_never_show_another_owner_s_rows(api, other_api, owned, other_owne
     assert [r["id"] for r in api.get("/api/v1/runs/", {"job": a_job}).json()["results"]] == [
         str(owned["held"].pk)
     ]
-    owned["job"].trigger()
+    job_verbs.trigger(owned["job"])
     claimed = other_api.post("/api/v1/runs/claim/", {"worker": "w1", "limit": 100}, format="json")
     assert claimed.status_code == 200 and claimed.json() == []
 

@@ -9,9 +9,10 @@ import pytest
 from django.db import connection
 from rest_framework.throttling import UserRateThrottle
 
+from core.db import db_now
 from jobs.models import Job, JobEvent
+from runs import job_verbs
 from runs.models import Run
-from scheduler_site.db import db_now
 from tests.factories import at, make_job
 from tests.integration.api.support import PUBLIC_URL, token_client
 
@@ -174,7 +175,7 @@ def test_events_are_listed_newest_first(api):
 
 def test_delete_answers_204_cancels_waiting_runs_and_hides_the_job(api, owner):
     job = make_job(owner)
-    run = job.trigger()
+    run = job_verbs.trigger(job)
     answer = api.delete(f"{JOBS}{job.pk}/")
     assert answer.status_code == 204
     run.refresh_from_db()
@@ -205,7 +206,7 @@ def test_another_owner_may_use_the_same_name(api, other_api):
 
 def test_pause_and_resume(api, owner):
     job = make_job(owner)
-    run = job.trigger()
+    run = job_verbs.trigger(job)
     url = f"{JOBS}{job.pk}/"
     resume_at = (db_now() + dt.timedelta(days=1)).isoformat()
     paused = api.post(f"{url}pause/", {"note": "deploy", "resume_at": resume_at}, format="json")
@@ -231,7 +232,7 @@ def test_pausing_again_keeps_when_the_pause_began(api, owner):
 
 def test_resume_with_catch_up_runs_the_last_max_catchup_fires(api, owner):
     job = make_job(owner, interval_seconds=60, max_catchup=2)
-    job.pause()
+    job_verbs.pause(job)
     ten_minutes_ago = db_now() - dt.timedelta(minutes=10)
     Job.objects.filter(pk=job.pk).update(created_at=ten_minutes_ago, paused_at=ten_minutes_ago)
     answer = api.post(f"{JOBS}{job.pk}/resume/", {"catch_up": True}, format="json").json()

@@ -20,6 +20,7 @@ import requests
 from django.conf import settings
 from rest_framework.authtoken.models import Token
 
+from runs import job_verbs
 from runs.models import Attempt, Run
 from tests.database import subprocess_database_url
 from tests.factories import make_job
@@ -86,7 +87,7 @@ def test_pull_worker_over_http_reclaims_an_expired_lease_and_fences_the_stale_wo
     owner = django_user_model.objects.create_user("puller", is_staff=True)
     token = Token.objects.create(user=owner).key
     job = make_job(owner, target_kind="pull", url="", timeout_seconds=120, max_attempts=3)
-    run = job.trigger()
+    run = job_verbs.trigger(job)
     http = requests.Session()
     http.headers["Authorization"] = f"Token {token}"
 

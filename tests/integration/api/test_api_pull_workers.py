@@ -7,8 +7,9 @@ import datetime as dt
 
 import pytest
 
+from core.db import db_now
+from runs import job_verbs
 from runs.models import Attempt, Run
-from scheduler_site.db import db_now
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
@@ -32,7 +33,7 @@ def expire_lease(run_id):
 
 def test_claim_answers_the_run_with_its_payload_and_lease(api, owner):
     job = pull_job(owner)
-    run = job.trigger()
+    run = job_verbs.trigger(job)
     [claimed] = claim(api, lease_seconds=60)
     assert claimed["id"] == str(run.pk) and claimed["job"] == str(job.pk)
     assert (claimed["job_name"], claimed["kind"], claimed["attempt"]) == (job.name, "manual", 1)
@@ -43,22 +44,22 @@ def test_claim_answers_the_run_with_its_payload_and_lease(api, owner):
 
 
 def test_claim_takes_only_the_caller_s_own_pull_jobs(api, other_api, owner, other_owner):
-    mine = pull_job(owner).trigger()
-    pull_job(other_owner).trigger()
-    make_job(owner).trigger()  # a webhook job: for the internal workers
+    mine = job_verbs.trigger(pull_job(owner))
+    job_verbs.trigger(pull_job(other_owner))
+    job_verbs.trigger(make_job(owner))  # a webhook job: for the internal workers
     assert [c["id"] for c in claim(api, limit=100)] == [str(mine.pk)]
 
 
 def test_claim_of_one_job(api, owner, other_owner):
     first, second = pull_job(owner), pull_job(owner)
-    first.trigger()
-    run = second.trigger()
+    job_verbs.trigger(first)
+    run = job_verbs.trigger(second)
     assert [c["id"] for c in claim(api, job=str(second.pk), limit=10)] == [str(run.pk)]
 
 
 def test_claim_of_another_owner_s_job_is_the_same_404_as_no_job(api, other_owner):
     theirs = pull_job(other_owner)
-    theirs.trigger()
+    job_verbs.trigger(theirs)
     answer = api.post(CLAIM, {"worker": "w", "job": str(theirs.pk)}, format="json")
     missing = api.post(CLAIM, {"worker": "w", "job": str(theirs.pk)[:-4] + "0000"}, format="json")
     assert answer.status_code == missing.status_code == 404
@@ -92,7 +93,7 @@ def test_bad_claims_are_400(api, body, field):
 
 
 def test_heartbeat_extends_the_lease(api, owner):
-    run = pull_job(owner).trigger()
+    run = job_verbs.trigger(pull_job(owner))
     [claimed] = claim(api, lease_seconds=10)
     answer = api.post(
         f"/api/v1/runs/{run.pk}/heartbeat/", {"attempt": 1, "lease_seconds": 20}, format="json"
@@ -102,7 +103,7 @@ def test_heartbeat_extends_the_lease(api, owner):
 
 
 def test_a_lost_lease_answers_409_to_heartbeat_and_complete(api, owner):
-    run = pull_job(owner).trigger()
+    run = job_verbs.trigger(pull_job(owner))
     claim(api, worker="w1")
     expire_lease(run.pk)
     [again] = claim(api, worker="w2")
@@ -128,7 +129,7 @@ def test_a_lost_lease_answers_409_to_heartbeat_and_complete(api, owner):
 
 
 def test_a_retryable_failure_with_attempts_left_is_retried_with_backoff(api, owner):
-    run = pull_job(owner, max_attempts=3, retry_backoff_seconds=60).trigger()
+    run = job_verbs.trigger(pull_job(owner, max_attempts=3, retry_backoff_seconds=60))
     claim(api)
     answer = api.post(
         f"/api/v1/runs/{run.pk}/complete/",
@@ -141,7 +142,7 @@ def test_a_retryable_failure_with_attempts_left_is_retried_with_backoff(api, own
 
 
 def test_a_non_retryable_failure_fails_the_run_at_once(api, owner):
-    run = pull_job(owner, max_attempts=5).trigger()
+    run = job_verbs.trigger(pull_job(owner, max_attempts=5))
     claim(api)
     answer = api.post(
         f"/api/v1/runs/{run.pk}/complete/",
@@ -154,7 +155,7 @@ def test_a_non_retryable_failure_fails_the_run_at_once(api, owner):
 
 def test_the_last_attempt_failing_fails_the_run_and_counts_toward_auto_pause(api, owner):
     job = pull_job(owner, max_attempts=1, pause_after_failures=1)
-    run = job.trigger()
+    run = job_verbs.trigger(job)
     claim(api)
     answer = api.post(
         f"/api/v1/runs/{run.pk}/complete/", {"attempt": 1, "status": "failed"}, format="json"
@@ -165,7 +166,7 @@ def test_the_last_attempt_failing_fails_the_run_and_counts_toward_auto_pause(api
 
 
 def test_another_owner_s_worker_cannot_heartbeat_or_complete(api, other_api, owner):
-    run = pull_job(owner).trigger()
+    run = job_verbs.trigger(pull_job(owner))
     claim(api, worker="shared-name")
     for action, body in (
         ("heartbeat", {"attempt": 1, "worker": "shared-name"}),

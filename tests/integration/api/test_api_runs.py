@@ -7,6 +7,7 @@ import datetime as dt
 
 import pytest
 
+from runs import job_verbs
 from runs.models import Attempt, Run
 from tests.factories import at, make_job
 
@@ -36,7 +37,7 @@ def test_runs_are_listed_newest_fire_first_across_cursor_pages(api, owner):
 def test_runs_filter_by_job_state_and_kind(api, owner):
     job, other = make_job(owner), make_job(owner)
     make_runs(job, 2)
-    manual = other.trigger()
+    manual = job_verbs.trigger(other)
     Run.objects.filter(pk=manual.pk).update(state="failed")
 
     def ids(**query):
@@ -100,7 +101,7 @@ def test_retry_of_a_deleted_job_s_run_is_a_409(api, owner):
     job = make_job(owner)
     [run] = make_runs(job, 1)
     Run.objects.filter(pk=run.pk).update(state="failed")
-    job.soft_delete()
+    job_verbs.soft_delete(job)
     assert api.post(f"{RUNS}{run.pk}/retry/").status_code == 409
 
 

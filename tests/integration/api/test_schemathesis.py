@@ -26,7 +26,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from runs import leases
+from runs import job_verbs, leases
 from runs.models import Run
 from scheduler_site.wsgi import application
 from tests.factories import make_job
@@ -70,11 +70,11 @@ def world(db, owner):
     """An owner with a token, a webhook job, and a pull job whose run is held."""
     job = make_job(owner, url="https://93.184.215.14/hook")
     pull = make_job(owner, target_kind="pull", url="")
-    held = pull.trigger()
+    held = job_verbs.trigger(pull)
     leases.claim(
         f"pull:{owner.pk}:w", limit=1, lease_seconds=600, target_kind="pull", job_owner_id=owner.pk
     )
-    failed = job.trigger()
+    failed = job_verbs.trigger(job)
     Run.objects.filter(pk=failed.pk).update(state="failed")
     token, _ = Token.objects.get_or_create(user=owner)
     return {"token": token.key, "job": str(job.pk), "run": str(held.pk), "failed": str(failed.pk)}

@@ -15,9 +15,9 @@ from rest_framework.authtoken.models import Token
 from standardwebhooks.webhooks import Webhook
 
 from dispatch import webhooks
-from dispatch.models import DemoDelivery
 from jobs import crypto
 from jobs.models import Job
+from ops.demo.models import DemoDelivery
 from runs.models import Run
 from tests.integration.ops.conftest import wait_until
 
@@ -235,8 +235,8 @@ def test_an_unknown_job_is_404(demo_settings, client):
 def test_a_real_worker_delivers_the_demo_job_to_the_receiver(
     demo_settings, live_server, worker_thread
 ):
+    from core.db import db_now
     from dispatch.dispatcher import Dispatcher
-    from scheduler_site.db import db_now
 
     run_demo("--base-url", live_server.url)
     job = demo_job()

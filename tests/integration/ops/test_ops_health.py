@@ -7,10 +7,11 @@ import datetime as dt
 
 import pytest
 
+from core.db import db_now
 from dispatch import fleet
 from dispatch.models import ProcessHeartbeat
 from jobs.models import Job
-from scheduler_site.db import db_now
+from runs import job_verbs
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
@@ -97,8 +98,8 @@ def test_paused_and_deleted_jobs_do_not_count_as_lag(client, owner):
     paused, deleted = make_job(owner), make_job(owner)
     overdue(paused, by=dt.timedelta(hours=1))
     overdue(deleted, by=dt.timedelta(hours=1))
-    Job.objects.get(pk=paused.pk).pause(note="maintenance")
-    Job.objects.get(pk=deleted.pk).soft_delete()
+    job_verbs.pause(Job.objects.get(pk=paused.pk), note="maintenance")
+    job_verbs.soft_delete(Job.objects.get(pk=deleted.pk))
     response = client.get(URL)
     assert response.status_code == 200
     assert response.json()["dispatch_lag_seconds"] == 0.0

@@ -1,4 +1,4 @@
-"""Structured logs (scheduler_site/logs.py): every line about a run carries
+"""Structured logs (core/logs.py): every line about a run carries
 run_id, job_id and attempt, in the key=value and the JSON format alike."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from core.db import db_now
+from core.logs import JsonFormatter, KeyValueFormatter
 from dispatch.dispatcher import Dispatcher
 from jobs.models import Job
 from runs import outcomes
 from runs.models import Run
-from scheduler_site.db import db_now
-from scheduler_site.logs import JsonFormatter, KeyValueFormatter
 from tests.factories import make_job
 from tests.integration.ops.conftest import wait_until
 

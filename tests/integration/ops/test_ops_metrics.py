@@ -12,13 +12,13 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from dispatch import fleet, metrics
+from core.db import db_now
+from dispatch import fleet
 from dispatch.dispatcher import Dispatcher
-from dispatch.models import DeliveryStat
 from jobs.models import Job
-from runs import leases, outcomes
-from runs.models import Attempt, Run
-from scheduler_site.db import db_now
+from ops import metrics
+from runs import leases, outcomes, stats
+from runs.models import Attempt, DeliveryStat, Run
 from tests.factories import make_job
 from tests.integration.ops.conftest import wait_until
 
@@ -163,21 +163,21 @@ def test_record_deliveries_is_one_statement_per_batch():
         result("succeeded", None),
     ]
     with CaptureQueriesContext(connection) as queries:
-        metrics.record_deliveries(batch)
+        stats.record_deliveries(batch)
     assert len(queries) == 1
     assert "ON CONFLICT" in queries[0]["sql"]
-    metrics.record_deliveries(batch[:3])  # the same rows again: added up
-    assert metrics.record_deliveries([]) == 0
+    stats.record_deliveries(batch[:3])  # the same rows again: added up
+    assert stats.record_deliveries([]) == 0
 
-    stats = {
+    counters = {
         (s.outcome, s.bucket): (s.deliveries, s.duration_ms) for s in DeliveryStat.objects.all()
     }
-    assert stats == {
-        ("succeeded", metrics.bucket_of(3)): (2, 6),
-        ("succeeded", metrics.bucket_of(40)): (4, 160),
-        ("succeeded", metrics.NO_DURATION): (1, 0),
-        ("failed", metrics.bucket_of(2000)): (1, 2000),
-        ("permanent", metrics.INF_BUCKET): (1, 1_000_000),
+    assert counters == {
+        ("succeeded", stats.bucket_of(3)): (2, 6),
+        ("succeeded", stats.bucket_of(40)): (4, 160),
+        ("succeeded", stats.NO_DURATION): (1, 0),
+        ("failed", stats.bucket_of(2000)): (1, 2000),
+        ("permanent", stats.INF_BUCKET): (1, 1_000_000),
     }
 
 
@@ -194,7 +194,7 @@ def test_the_histogram_is_cumulative_and_the_counter_counts_every_attempt(scrape
         )
         for ms in (5, 5, 30, 900, None)
     ]
-    metrics.record_deliveries(batch)
+    stats.record_deliveries(batch)
     _, samples = scrape()
     assert value(samples, "punctual_deliveries_total", outcome="succeeded") == 5
 

@@ -12,9 +12,9 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from core.db import db_now
 from dispatch.models import LagSample, ProcessHeartbeat
 from runs.models import Attempt, Run
-from scheduler_site.db import db_now
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from core.db import db_now
 from dispatch.models import ProcessHeartbeat
 from runs.audit import AuditReport, audit
 from runs.models import ACTIVE_STATES, Run
-from scheduler_site.db import db_now
 from tests.processes.conftest import process_env, wait_until
 
 # Debian's libfaketime package (``make faketime``), on any architecture.

@@ -18,9 +18,9 @@ import time
 
 import pytest
 
+from core.db import db_now
 from jobs.models import Job
 from runs.models import Attempt, Run
-from scheduler_site.db import db_now
 from tests.factories import make_job
 from tests.processes.conftest import wait_until
 from tests.processes.faults.conftest import (

@@ -26,6 +26,7 @@ import pytest
 
 from dispatch.dispatcher import Dispatcher
 from jobs.schedules import Schedule
+from runs import job_verbs
 from runs.models import Run
 from tests.factories import make_job
 from tests.processes.faults.conftest import assert_audit_clean, drain
@@ -137,7 +138,7 @@ def test_cron_jobs_fire_by_cronie_rules_across_dst_changeovers(owner, processes,
             assert all(r.created_at == r.scheduled_at for r in runs), (zone, start, cron)
         drain(jobs.values(), timeout=60, message=f"the {zone} {start} runs to be delivered")
         for job in jobs.values():
-            job.pause(note="changeover done")  # later ticks must not touch it
+            job_verbs.pause(job, note="changeover done")  # later ticks must not touch it
         every_job += jobs.values()
 
     runs = Run.objects.filter(job__in=every_job)

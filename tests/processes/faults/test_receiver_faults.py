@@ -12,9 +12,9 @@ import datetime as dt
 
 import pytest
 
+from core.db import db_now
 from runs.leases import DEADLINE_GRACE_SECONDS
 from runs.models import Run
-from scheduler_site.db import db_now
 from tests.factories import make_job
 from tests.processes.conftest import wait_until
 from tests.processes.faults.conftest import assert_audit_clean, drain

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from django.db import OperationalError, connection, connections
 
+from core.db import db_now
 from runs.models import Run
 from scheduler_site import localdb
-from scheduler_site.db import db_now
 from tests.factories import make_job
 from tests.processes.conftest import wait_until
 from tests.processes.faults.conftest import assert_audit_clean, drain, stop_all

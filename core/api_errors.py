@@ -25,7 +25,7 @@ from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
-from jobs.schedules import ScheduleError
+from core.errors import UserFacingError
 
 log = logging.getLogger("punctual.api")
 
@@ -61,7 +61,7 @@ def exception_handler(exc, context):
         exc = exceptions.PermissionDenied()
     elif isinstance(exc, DjangoValidationError):
         exc = exceptions.ValidationError(as_serializer_error(exc))
-    elif isinstance(exc, ScheduleError):
+    elif isinstance(exc, UserFacingError):  # e.g. jobs.schedules.ScheduleError
         exc = exceptions.ValidationError({"detail": [str(exc)]})
     elif isinstance(exc, RequestDataTooBig):
         exc = exceptions.APIException(str(exc))

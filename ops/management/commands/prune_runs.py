@@ -7,10 +7,10 @@ import datetime as dt
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from core.db import db_now
 from dispatch import fleet
-from dispatch.models import DemoDelivery
+from ops.signals import runs_pruned
 from runs import retention
-from scheduler_site.db import db_now
 
 MAX_DAYS = 36_500
 
@@ -59,7 +59,7 @@ class Command(BaseCommand):
 
         total = retention.prune(cutoff, options["batch_size"], on_batch=progress)
         forgotten = fleet.prune(now)
-        DemoDelivery.objects.filter(last_received_at__lt=cutoff).delete()
+        runs_pruned.send(sender=self.__class__, now=now, cutoff=cutoff)
         self.stdout.write(
             f"deleted {total} runs scheduled before {cutoff:%Y-%m-%d %H:%M:%S} UTC"
             f" in {batches} batches; forgot {forgotten} stale fleet rows and lag samples"

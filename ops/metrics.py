@@ -19,7 +19,8 @@ process answers the same values. Each query is cheap on big tables:
   claim indexes give the minimum directly.
 - ``punctual_deliveries_total{outcome}`` and the ``punctual_delivery_seconds``
   histogram: counters that workers persist in ``DeliveryStat``, one upsert per
-  completed batch (``record_deliveries``, called by ``runs.outcomes.complete``).
+  completed batch (``runs.stats.record_deliveries``, called by
+  ``runs.outcomes.complete``).
 - ``punctual_processes{kind}``: dispatchers and workers seen within 30 s.
 - ``punctual_database_up``: 0 when the database did not answer; the other
   series are then left out of that scrape rather than reported as zeros.
@@ -27,14 +28,11 @@ process answers the same values. Each query is cheap on big tables:
 
 from __future__ import annotations
 
-import bisect
 import datetime as dt
 import logging
-import os
-from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 from django.db.models import Count, Min, Sum
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
@@ -49,23 +47,15 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from core.db import db_now, dict_cursor
 from dispatch import fleet
-from dispatch.health import dispatch_lag_seconds
-from dispatch.models import DeliveryStat, ProcessHeartbeat, ProcessKind
-from scheduler_site.db import db_now, dict_cursor
+from dispatch.models import ProcessHeartbeat, ProcessKind
+from ops.health import dispatch_lag_seconds
+from runs.models import DeliveryStat
+from runs.stats import BUCKETS, INF_BUCKET, NO_DURATION, OUTCOMES
 
 log = logging.getLogger("punctual.metrics")
 
-# Upper bounds (seconds) of the delivery histogram. Webhook timeouts go up to
-# 900 s, so the top buckets reach that far.
-BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
-INF_BUCKET = len(BUCKETS)
-NO_DURATION = -1
-# Attempt outcomes as runs.models.Attempt.Outcome spells them; always
-# exported, so a fresh install already has every series (at 0).
-OUTCOMES = ("succeeded", "failed", "permanent")
-# Writers spread over this many rows per counter (see DeliveryStat).
-STAT_SHARDS = 16
 # Up to this many 8 kB pages (about 60 MB), terminal run states are counted
 # exactly; a sequential scan of that costs tens of milliseconds.
 EXACT_COUNT_PAGES = 8000
@@ -83,71 +73,6 @@ RUN_STATES = (
 ACTIVE = RUN_STATES[:3]
 TERMINAL = RUN_STATES[3:]
 TARGET_KINDS = ("webhook", "pull")
-
-
-# ---------------------------------------------------------------------------
-# Writing: the workers' side
-# ---------------------------------------------------------------------------
-
-
-def bucket_of(duration_ms: int | None) -> int:
-    """The histogram bucket of one duration: the index of the smallest bound
-    that is >= it, ``INF_BUCKET`` past the last bound, ``NO_DURATION`` if None."""
-    if duration_ms is None:
-        return NO_DURATION
-    return bisect.bisect_left(BUCKETS, duration_ms / 1000)
-
-
-# Worker complete loop and the pull API's complete (runs/outcomes.py), in the
-# completion's transaction. Adding in SQL (not writing a value read earlier)
-# means two workers on one shard never lose each other's counts; the rows are
-# inserted in the order given (WITH ORDINALITY), which is what keeps two
-# batches on one shard from deadlocking.
-RECORD_DELIVERIES = """
-    INSERT INTO dispatch_deliverystat AS s (shard, outcome, bucket, deliveries, duration_ms)
-    SELECT %(shard)s, d.outcome, d.bucket, d.deliveries, d.duration_ms
-    FROM unnest(%(outcomes)s::text[], %(buckets)s::int[], %(deliveries)s::bigint[],
-                %(durations)s::bigint[]) WITH ORDINALITY
-         AS d(outcome, bucket, deliveries, duration_ms, n)
-    ORDER BY d.n
-    ON CONFLICT (shard, outcome, bucket) DO UPDATE SET
-        deliveries = s.deliveries + excluded.deliveries,
-        duration_ms = s.duration_ms + excluded.duration_ms
-"""
-
-
-def record_deliveries(results: Iterable) -> int:
-    """Add a batch of completed attempts to the delivery counters.
-
-    ``results`` are ``runs.outcomes.Result`` (``attempt_outcome``,
-    ``duration_ms``). One INSERT ... ON CONFLICT DO UPDATE statement per batch;
-    call it inside the completion's transaction so the counters commit with
-    the runs they count. Returns the number of counter rows written.
-    """
-    counts: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
-    for r in results:
-        key = (r.attempt_outcome, bucket_of(r.duration_ms))
-        counts[key][0] += 1
-        counts[key][1] += r.duration_ms or 0
-    if not counts:
-        return 0
-    # One process always writes the same shard. Rows are listed in a fixed
-    # order, so two batches that do share a shard lock its rows in the same
-    # order and cannot deadlock.
-    shard = os.getpid() % STAT_SHARDS
-    rows = sorted(counts.items())
-    with connection.cursor() as cur:
-        cur.execute(
-            RECORD_DELIVERIES,
-            {
-                "shard": shard,
-                "outcomes": [outcome for (outcome, _), _ in rows],
-                "buckets": [bucket for (_, bucket), _ in rows],
-                "deliveries": [n for _, (n, _) in rows],
-                "durations": [ms for _, (_, ms) in rows],
-            },
-        )
-    return len(rows)
 
 
 # ---------------------------------------------------------------------------

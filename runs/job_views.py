@@ -1,5 +1,8 @@
 """The jobs API (PRODUCT.md §4): CRUD, the job verbs, previews, events, runs.
 
+It sits in the runs app, above jobs, because a job's answers show its runs
+(the last run, the runs list) and its verbs create and cancel them.
+
 Every endpoint finds its job through ``Job.objects.for_owner``: another owner's
 job is the same 404 as one that never existed. Every write locks the job row
 (``SELECT ... FOR UPDATE``) for its transaction, which does two things:
@@ -25,10 +28,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api_base import ApiViewMixin, check_if_match, etag
+from core.api_errors import UnprocessableKey, error_response
+from core.api_fields import EmptySerializer
+from core.db import db_now
 from jobs import crypto, idempotency
-from jobs.models import MAX_BACKFILL, Channel, Job, JobEvent
+from jobs.models import Channel, Job, JobEvent
 from jobs.schedules import Schedule, cron_risks
-from jobs.serializers import (
+from runs import job_verbs
+from runs.job_serializers import (
     SCHEDULE_FIELDS,
     BackfillResultSerializer,
     BackfillSerializer,
@@ -43,13 +51,10 @@ from jobs.serializers import (
     SchedulePreviewSerializer,
     SecretSerializer,
 )
+from runs.job_verbs import MAX_BACKFILL
 from runs.models import Run
 from runs.serializers import RunSerializer
 from runs.views import FILTER_PARAMETERS, RunCursor, runs_response
-from scheduler_site.api_base import ApiViewMixin, check_if_match, etag
-from scheduler_site.api_errors import UnprocessableKey, error_response
-from scheduler_site.api_fields import EmptySerializer
-from scheduler_site.db import db_now
 
 IF_MATCH = OpenApiParameter(
     "If-Match",
@@ -225,7 +230,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         with transaction.atomic():
             job = self.get_job(lock=True)
             check_if_match(request, job.version)
-            job.soft_delete(actor=request.user, channel=Channel.API)
+            job_verbs.soft_delete(job, actor=request.user, channel=Channel.API)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     # -- verbs ----------------------------------------------------------------
@@ -237,7 +242,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             job = self.get_job(lock=True)
             body = PauseSerializer(data=request.data, context=self.context(now=db_now()))
             body.is_valid(raise_exception=True)
-            job.pause(**body.validated_data, actor=request.user, channel=Channel.API)
+            job_verbs.pause(job, **body.validated_data, actor=request.user, channel=Channel.API)
         return self.job_response(job)
 
     @extend_schema(
@@ -251,7 +256,9 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             job = self.get_job(lock=True)
             body = ResumeSerializer(data=request.data)
             body.is_valid(raise_exception=True)
-            plan = job.resume(**body.validated_data, actor=request.user, channel=Channel.API)
+            plan = job_verbs.resume(
+                job, **body.validated_data, actor=request.user, channel=Channel.API
+            )
         return self.job_response(
             job,
             resume={
@@ -277,7 +284,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
     def _trigger(self, request: Request) -> Response:
         with transaction.atomic():
             job = self.get_job(lock=True)
-            run = job.trigger(actor=request.user, channel=Channel.API)
+            run = job_verbs.trigger(job, actor=request.user, channel=Channel.API)
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -310,8 +317,8 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
                 raise serializers.ValidationError(
                     {"end": [f"The window holds more than {MAX_BACKFILL:,} fires; narrow it."]}
                 )
-            result = job.backfill(
-                start, end, dry_run=dry_run, actor=request.user, channel=Channel.API
+            result = job_verbs.backfill(
+                job, start, end, dry_run=dry_run, actor=request.user, channel=Channel.API
             )
         return Response({"slots": [_iso(s) for s in result["slots"]], "created": result["created"]})
 

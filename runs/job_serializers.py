@@ -1,8 +1,10 @@
 """API representations of jobs, their events and schedule previews.
 
+In the runs app, above jobs, because a job is shown with its last run.
+
 Validation follows PRODUCT.md §2's field table exactly; the schedule rules are
 ``jobs.schedules``' own validators, and the URL rule is
-``dispatch.webhooks.check_url``, so the API, the admin and the worker agree on
+``jobs.targets.check_url``, so the API, the admin and the worker agree on
 what is valid. Writes go through the views, which call the model's verbs.
 """
 
@@ -12,12 +14,7 @@ from django.conf import settings
 from drf_spectacular.utils import OpenApiExample, extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
-from dispatch.webhooks import UnsafeTargetError, check_url
-from jobs.limits import MAX_LENGTHS, MAX_PAYLOAD_BYTES, RANGES, payload_size
-from jobs.models import Job, JobEvent, JobState, MisfirePolicy, OverlapPolicy, TargetKind
-from jobs.schedules import Schedule, ScheduleError, validate_cron, validate_timezone
-from runs.models import RunState
-from scheduler_site.api_fields import (
+from core.api_fields import (
     AwareDateTimeField,
     StrictBooleanField,
     StrictCharField,
@@ -25,6 +22,11 @@ from scheduler_site.api_fields import (
     StrictIntegerField,
     StrictSerializer,
 )
+from jobs.limits import MAX_LENGTHS, MAX_PAYLOAD_BYTES, RANGES, payload_size
+from jobs.models import Job, JobEvent, JobState, MisfirePolicy, OverlapPolicy, TargetKind
+from jobs.schedules import Schedule, ScheduleError, validate_cron, validate_timezone
+from jobs.targets import UnsafeTargetError, check_url
+from runs.models import RunState
 
 MAX_PREVIEW = 100
 SCHEDULE_FIELDS = ("cron", "interval_seconds", "timezone", "start_at")

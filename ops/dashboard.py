@@ -10,7 +10,7 @@ is bounded, so the page costs the same with a million runs as with ten:
 * the oldest pending run and the waiting counts read only active runs, which
   the partial index ``run_active_idx`` holds.
 
-Charts are SVG computed here and drawn by the template (dispatch/charts.py):
+Charts are SVG computed here and drawn by the template (ops/charts.py):
 no script, no external asset, so the page works offline.
 """
 
@@ -24,12 +24,13 @@ from django.db.models import Count, Q
 from django.db.models.functions import Trunc
 from django.template.response import TemplateResponse
 
-from dispatch import charts, fleet, queries
+from core.db import db_now
+from dispatch import fleet, queries
 from dispatch.models import LagSample, ProcessHeartbeat
 from jobs.display import short_duration
 from jobs.models import Job, JobState
+from ops import charts
 from runs.models import ACTIVE_STATES, Run, RunState
-from scheduler_site.db import db_now
 
 LAG_WINDOW = dt.timedelta(hours=1)
 LAG_BUCKET = dt.timedelta(minutes=1)

@@ -1,8 +1,12 @@
 """The jobs admin: the owner's list of jobs, the job page, and the audit log.
 
-Everything that changes a job goes through the model's domain verbs (pause,
-resume, trigger, rotate_secret, reschedule, soft_delete) with
-``channel="admin"`` and the signed-in user as the actor, so the audit log says
+It sits in the runs app, above jobs, because the job pages show runs (the
+outcome strips, the last run, typical run time) and their buttons create and
+cancel them. runs/admin.py imports it, which registers it.
+
+Everything that changes a job goes through the domain verbs (pause, resume,
+trigger, soft_delete in runs/job_verbs.py; rotate_secret, reschedule on the
+model) with ``channel="admin"`` and the signed-in user as the actor, so the audit log says
 who did what from where. No action updates job rows behind the model's back.
 """
 
@@ -26,15 +30,16 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
+from core.admin_base import BigTableAdmin, OwnerScopedAdmin
+from core.db import db_now
 from jobs import crypto, schedules
 from jobs.display import describe_schedule, relative, short_duration
 from jobs.forms import JobForm
 from jobs.models import Channel, Job, JobEvent, JobState
+from runs import job_verbs
 from runs.display import lag_text, outcome_strip, run_url, state_badge
 from runs.models import Attempt, Run
 from runs.recent import recent_runs
-from scheduler_site.admin_site import BigTableAdmin, OwnerScopedAdmin
-from scheduler_site.db import db_now
 
 # Squares in the jobs list's strip, and on a job's page.
 LIST_STRIP_RUNS = 20
@@ -338,11 +343,11 @@ class JobAdmin(OwnerScopedAdmin):
     # -- deleting is a soft delete
 
     def delete_model(self, request, obj):
-        obj.soft_delete(actor=request.user, channel=Channel.ADMIN)
+        job_verbs.soft_delete(obj, actor=request.user, channel=Channel.ADMIN)
 
     def delete_queryset(self, request, queryset):
         for job in queryset:
-            job.soft_delete(actor=request.user, channel=Channel.ADMIN)
+            job_verbs.soft_delete(job, actor=request.user, channel=Channel.ADMIN)
 
     def get_deleted_objects(self, objs, request):
         # The stock confirmation walks every related row (a job's whole run
@@ -603,21 +608,21 @@ class JobAdmin(OwnerScopedAdmin):
     def pause_jobs(self, request, queryset):
         done = [job for job in queryset if job.state == JobState.ACTIVE]
         for job in done:
-            job.pause(actor=request.user, channel=Channel.ADMIN)
+            job_verbs.pause(job, actor=request.user, channel=Channel.ADMIN)
         self._report(request, "Paused", done, queryset)
 
     @admin.action(description="Resume selected jobs", permissions=["change"])
     def resume_jobs(self, request, queryset):
         done = [job for job in queryset if job.state == JobState.PAUSED]
         for job in done:
-            job.resume(actor=request.user, channel=Channel.ADMIN)
+            job_verbs.resume(job, actor=request.user, channel=Channel.ADMIN)
         self._report(request, "Resumed", done, queryset)
 
     @admin.action(description="Trigger selected jobs now", permissions=["change"])
     def trigger_jobs(self, request, queryset):
         jobs = list(queryset)
         for job in jobs:
-            job.trigger(actor=request.user, channel=Channel.ADMIN)
+            job_verbs.trigger(job, actor=request.user, channel=Channel.ADMIN)
         self._report(request, "Triggered", jobs, jobs)
 
     def _report(self, request, verb: str, done: list[Job], selected) -> None:
@@ -663,7 +668,7 @@ class JobAdmin(OwnerScopedAdmin):
 
     def test_delivery_view(self, request, object_id):
         job = self._changeable(request, object_id)
-        run = job.trigger(actor=request.user, channel=Channel.ADMIN)
+        run = job_verbs.trigger(job, actor=request.user, channel=Channel.ADMIN)
         self.message_user(
             request,
             "Test delivery queued as a manual run. This page follows it until it finishes.",
@@ -674,7 +679,7 @@ class JobAdmin(OwnerScopedAdmin):
     def pause_view(self, request, object_id):
         job = self._changeable(request, object_id)
         if job.state == JobState.ACTIVE:
-            cancelled = job.pause(actor=request.user, channel=Channel.ADMIN)
+            cancelled = job_verbs.pause(job, actor=request.user, channel=Channel.ADMIN)
             self.message_user(
                 request, f"Paused. {cancelled} waiting run(s) cancelled.", messages.SUCCESS
             )
@@ -683,7 +688,7 @@ class JobAdmin(OwnerScopedAdmin):
     def resume_view(self, request, object_id):
         job = self._changeable(request, object_id)
         if job.state == JobState.PAUSED:
-            job.resume(actor=request.user, channel=Channel.ADMIN)
+            job_verbs.resume(job, actor=request.user, channel=Channel.ADMIN)
             self.message_user(request, "Resumed from now.", messages.SUCCESS)
         return redirect("admin:jobs_job_change", job.pk)
 

@@ -25,8 +25,8 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
+from core.db import db_now
 from dispatch import fleet, queries
-from scheduler_site.db import db_now
 
 log = logging.getLogger("punctual.health")
 

@@ -6,7 +6,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from dispatch import bench
+from ops import bench
 
 SCENARIOS = ("dispatch", "scale", "e2e", "slow", "all")
 

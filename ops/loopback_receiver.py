@@ -1,6 +1,6 @@
 """A local webhook receiver for ``manage.py bench`` and the process tests.
 
-It runs as its own process (``python -m dispatch.loopback_receiver``) so that
+It runs as its own process (``python -m ops.loopback_receiver``) so that
 its CPU is measured apart from the worker's, and it writes one JSON line per
 request to a log: the evidence the bench and the fault tests audit (duplicate
 fires, lost fires, lag, overlap). Behaviour is chosen by path:

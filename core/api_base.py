@@ -7,8 +7,8 @@ from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 
-from scheduler_site.api_errors import ApiAutoSchema, PreconditionFailed
-from scheduler_site.api_parsers import StrictJSONParser
+from core.api_errors import ApiAutoSchema, PreconditionFailed
+from core.api_parsers import StrictJSONParser
 
 
 class ApiViewMixin:

@@ -33,10 +33,10 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods, require_safe
 
-from dispatch.models import DemoDelivery
 from dispatch.webhooks import secret_key_bytes, sign
 from jobs import crypto
 from jobs.models import Job
+from ops.demo.models import DemoDelivery
 
 # Standard Webhooks' default: a captured request cannot be replayed later.
 TIMESTAMP_TOLERANCE = dt.timedelta(minutes=5)

@@ -260,7 +260,7 @@ def _start_receiver(tmp: Path) -> tuple[subprocess.Popen, int, Path]:
     proc = _start(
         [
             "-m",
-            "dispatch.loopback_receiver",
+            "ops.loopback_receiver",
             "--lean",
             "--log",
             str(log),

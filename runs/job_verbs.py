@@ -1,0 +1,157 @@
+"""The job verbs that create or cancel runs: pause, resume, trigger, backfill,
+soft_delete.
+
+They live on the runs side because jobs sits below runs: a job knows its
+schedule, its secrets and its own state, and nothing of runs. Each verb changes
+the job through its own fields and ``job.record_event``, and its runs through
+``Run.objects``, in one transaction. Views, the admin and the system's own
+actors (auto-pause in runs/leases.py, auto-resume in the dispatcher) all call
+these functions; none of them update job rows behind their back.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.db import transaction
+
+from core.db import db_now
+from jobs.models import Channel, Job, JobState, OverlapPolicy
+from runs.models import Run, RunKind
+
+MAX_BACKFILL = 1000
+
+
+@transaction.atomic
+def pause(
+    job: Job,
+    *,
+    note: str = "",
+    resume_at: dt.datetime | None = None,
+    actor=None,
+    channel: str = Channel.API,
+) -> int:
+    """Stop new fires at once and cancel waiting runs. Returns runs cancelled.
+
+    A run that is already ``running`` finishes its current attempt, bounded
+    by its deadline; its retries are cancelled when it reports back.
+    """
+    now = db_now()
+    # Pausing a paused job changes its note and resume_at, not when the
+    # pause began: that is where a catch-up resume counts fires from.
+    if job.state != JobState.PAUSED or job.paused_at is None:
+        job.paused_at = now
+    job.state = JobState.PAUSED
+    job.pause_note = note
+    job.resume_at = resume_at
+    job.next_fire_at = None
+    job.save()
+    cancelled = Run.objects.cancel_waiting(job_id=job.pk, reason="paused", now=now)
+    job.record_event(
+        "paused",
+        actor=actor,
+        channel=channel,
+        changes={
+            "note": note,
+            "resume_at": resume_at.isoformat() if resume_at else None,
+            "cancelled_runs": cancelled,
+        },
+    )
+    return cancelled
+
+
+@transaction.atomic
+def resume(
+    job: Job,
+    *,
+    catch_up: bool = False,
+    dry_run: bool = False,
+    actor=None,
+    channel: str = Channel.API,
+) -> dict[str, Any]:
+    """Resume from now. Fires inside the pause are declined, not missed,
+    unless ``catch_up`` asks for the last ``max_catchup`` of them."""
+    now = db_now()
+    catch_up_fires = job.fires_missed_while_paused(now) if catch_up else []
+    next_fire = job.compute_next_fire(now)
+    plan = {
+        "catch_up": [f.isoformat() for f in catch_up_fires],
+        "next_fire_at": next_fire.isoformat() if next_fire else None,
+        "created": 0,
+    }
+    if dry_run or job.state == JobState.ACTIVE:
+        return plan
+    job.state = JobState.ACTIVE
+    job.pause_note = ""
+    job.resume_at = None
+    job.paused_at = None
+    job.next_fire_at = next_fire
+    job.consecutive_failures = 0
+    job.save()
+    plan["created"] = Run.objects.create_for_fires(job, catch_up_fires, kind=RunKind.CATCH_UP)
+    job.record_event(
+        "resumed", actor=actor, channel=channel, changes={"catch_up": plan["catch_up"]}
+    )
+    return plan
+
+
+@transaction.atomic
+def trigger(job: Job, *, actor=None, channel: str = Channel.API) -> Run:
+    """A manual run, scheduled at the database's now, delivered like any other."""
+    now = db_now()
+    run = Run.objects.create(
+        job=job,
+        scheduled_at=now,
+        available_at=now,
+        kind=RunKind.MANUAL,
+        max_attempts=job.max_attempts,
+        target_kind=job.target_kind,
+        exclusive=job.overlap_policy != OverlapPolicy.ALLOW,
+    )
+    job.record_event("triggered", actor=actor, channel=channel, changes={"run": str(run.pk)})
+    return run
+
+
+@transaction.atomic
+def backfill(
+    job: Job,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    dry_run: bool = False,
+    actor=None,
+    channel: str = Channel.API,
+) -> dict[str, Any]:
+    """Every slot in [start, end) without a run becomes a ``backfill`` run.
+
+    Slots that already have a run are left alone (the unique fire key makes
+    a repeated backfill harmless).
+    """
+    slots = job.schedule.fires_between(start, end, limit=MAX_BACKFILL)
+    taken = set(
+        Run.objects.filter(job=job, scheduled_at__in=slots).values_list("scheduled_at", flat=True)
+    )
+    free = [s for s in slots if s not in taken]
+    created = 0
+    if not dry_run and free:
+        created = Run.objects.create_for_fires(job, free, kind=RunKind.BACKFILL)
+        job.record_event(
+            "backfilled",
+            actor=actor,
+            channel=channel,
+            changes={"start": start.isoformat(), "end": end.isoformat(), "created": created},
+        )
+    return {"slots": [s.isoformat() for s in free], "created": created}
+
+
+@transaction.atomic
+def soft_delete(job: Job, *, actor=None, channel: str = Channel.API) -> int:
+    """Hide the job and cancel its waiting runs; history stays for audit."""
+    now = db_now()
+    job.deleted_at = now
+    job.next_fire_at = None
+    job.save()
+    cancelled = Run.objects.cancel_waiting(job_id=job.pk, reason="deleted", now=now)
+    job.record_event("deleted", actor=actor, channel=channel, changes={"cancelled_runs": cancelled})
+    return cancelled

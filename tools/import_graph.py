@@ -1,0 +1,128 @@
+"""Print which of Punctual's top-level packages each one imports, and fail on
+any import against the layering.
+
+    python tools/import_graph.py [ROOT]
+
+The layers, bottom to top (a package may import only packages below it):
+
+    core -> jobs -> runs -> dispatch -> ops -> scheduler_site
+
+core is the shared helpers, jobs the job rows and schedule math, runs the
+runs and leases, dispatch the engine, ops operations and the demo, and
+scheduler_site the wiring (settings, urls, the admin site), which may import
+all of them. Every import counts: module level, inside a function, under
+TYPE_CHECKING, and ``importlib.import_module("...")`` with a literal name, so a
+cycle cannot hide in a function body. Migrations and tests are left out.
+
+Exits 1, naming each offending import, if a package imports one at its own
+level or above (which is also how a cycle shows), else 0. Standard library only.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+LAYERS = ("core", "jobs", "runs", "dispatch", "ops", "scheduler_site")
+RANK = {name: i for i, name in enumerate(LAYERS)}
+SKIP_DIRS = {"migrations", "tests", "__pycache__"}
+
+
+def imported_names(tree: ast.AST) -> list[tuple[str, int]]:
+    """(dotted module name, line) of every absolute import in ``tree``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.module, node.lineno))
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and (
+                (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+                or (
+                    isinstance(node.func, ast.Name)
+                    and node.func.id in {"import_module", "__import__"}
+                )
+            )
+        ):
+            found.append((node.args[0].value, node.lineno))
+    return found
+
+
+def collect(root: Path) -> dict[str, dict[str, list[str]]]:
+    """package -> imported package -> ["path:line", ...]."""
+    graph: dict[str, dict[str, list[str]]] = {name: defaultdict(list) for name in LAYERS}
+    for package in LAYERS:
+        base = root / package
+        for path in sorted(base.rglob("*.py")):
+            if SKIP_DIRS.intersection(path.relative_to(base).parts[:-1]):
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            for module, line in imported_names(tree):
+                top = module.split(".", 1)[0]
+                if top in RANK and top != package:
+                    graph[package][top].append(f"{path.relative_to(root)}:{line}")
+    return graph
+
+
+def violations(graph: dict[str, dict[str, list[str]]]) -> list[str]:
+    problems = []
+    for package, targets in graph.items():
+        for target, places in sorted(targets.items()):
+            if RANK[target] >= RANK[package]:
+                for place in places:
+                    problems.append(f"{place}: {package} imports {target}")
+    return problems
+
+
+def cycles(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
+    """Each package-level cycle once, as [a, b, ..., a]."""
+    found: list[list[str]] = []
+    seen: set[frozenset[str]] = set()
+
+    def walk(start: str, node: str, path: list[str]) -> None:
+        for nxt in sorted(graph[node]):
+            if nxt == start:
+                key = frozenset(path)
+                if key not in seen:
+                    seen.add(key)
+                    found.append([*path, start])
+            elif nxt not in path and RANK[nxt] > RANK[start]:
+                walk(start, nxt, [*path, nxt])
+
+    for start in LAYERS:
+        walk(start, start, [start])
+    return found
+
+
+def table(graph: dict[str, dict[str, list[str]]]) -> str:
+    width = max(len(name) for name in LAYERS)
+    lines = [f"{'package'.ljust(width)}  imports"]
+    for package in LAYERS:
+        targets = sorted(graph[package], key=RANK.__getitem__)
+        lines.append(f"{package.ljust(width)}  {', '.join(targets) or '-'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    root = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parent.parent
+    graph = collect(root)
+    print(table(graph))
+    problems = violations(graph)
+    for cycle in cycles(graph):
+        problems.append("cycle: " + " -> ".join(cycle))
+    if problems:
+        print(f"\nallowed order (each may import only those before it): {' -> '.join(LAYERS)}")
+        print("\n".join(problems))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
