@@ -1,6 +1,6 @@
 """What every Punctual model admin shares (the site itself is scheduler_site/admin_site.py).
 
-The admin is the job owner's main screen (PRODUCT.md §4 "The admin"). Owners
+The admin is the job owner's main screen (README "The REST API" "The admin"). Owners
 are staff users in the "Job owners" group (jobs/migrations/0002_job_owners_group):
 they see and change only their own jobs, runs and events, and another owner's
 object is *not found*, answered with a 404 like the API, whatever the URL.

@@ -1,7 +1,7 @@
 """API error shape: DRF's ``{"field": ["message"]}`` for validation, and a JSON
 ``{"detail": "..."}`` body for every other error, never an HTML page.
 
-PRODUCT.md §1.7: bad input gets a 4xx that names the field, never a 500. The
+README "What it guarantees": bad input gets a 4xx that names the field, never a 500. The
 serializers catch what they can; this handler turns the validation-like
 errors that escape from deeper down (a model's ``ValidationError``, a
 ``ScheduleError``, a unique constraint hit by a race) into 4xx answers too.
@@ -30,7 +30,7 @@ from core.errors import UserFacingError
 log = logging.getLogger("punctual.api")
 
 # One body for every 404, so that another owner's object and an id that never
-# existed cannot be told apart (PRODUCT.md §4: "never 403").
+# existed cannot be told apart (README "The REST API": "never 403").
 NOT_FOUND_DETAIL = "Not found."
 
 

@@ -1,4 +1,4 @@
-"""The API's only request parser: strict JSON (PRODUCT.md §1.7, "no 500 on any input").
+"""The API's only request parser: strict JSON (README "What it guarantees", "no 500 on any input").
 
 DRF's stock ``JSONParser`` hands the stream to ``json.load``: it accepts
 ``NaN`` and ``Infinity`` (not JSON, and PostgreSQL's jsonb refuses them), lone

@@ -1,6 +1,6 @@
 """Small helpers around the database connection that every app uses.
 
-Punctual's rule (PRODUCT.md §1.5): whether a fire is due and whether a lease
+Punctual's rule (README "What it guarantees"): whether a fire is due and whether a lease
 has expired is decided by the database clock. ``db_now()`` reads it; tests and
 benchmarks may pass an explicit time to the functions that take ``now=``.
 

@@ -1,4 +1,4 @@
-"""The dispatcher: turns due fires into runs (PRODUCT.md §3, §4 ``dispatch``).
+"""The dispatcher: turns due fires into runs (README "Operating it": ``dispatch``).
 
 ``Dispatcher.tick()`` does one batch in one transaction:
 

@@ -3,7 +3,7 @@
 No database and no clock here: the dispatcher passes the job's row, the
 database's ``now`` and how many runs of the job are active, and gets back the
 rows to insert and the job's next fire. ``tests/unit/test_planning.py`` pins the
-misfire and overlap rules of PRODUCT.md §3 case by case.
+misfire and overlap rules of README "Design choices" case by case.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from jobs.schedules import Schedule
 
-# PRODUCT.md §3: at most 100 missed rows per job per recovery; any beyond are
+# README "Design choices": at most 100 missed rows per job per recovery; any beyond are
 # only counted (and logged), never an uncapped burst of rows.
 MAX_MISSED_ROWS = 100
 # A cron job down for years would take a while to enumerate minute by minute;
@@ -80,7 +80,7 @@ OVERLAP_LIMITS = {"skip": 1, "queue": 2}
 
 
 def overlap_skips(policy: str, active_runs: int) -> bool:
-    """The overlap rule (PRODUCT.md §3): is a fire skipped, given the job's
+    """The overlap rule (README "Design choices"): is a fire skipped, given the job's
     active runs? The only statement of it: the dispatcher's SQL fast path
     (dispatch/queries.py, NOTHING_FOR_OVERLAP_TO_DECIDE) takes only jobs for
     which this is False whatever the policy (``allow``, or no active run)."""

@@ -1,4 +1,4 @@
-"""The dispatcher's SQL, in one place (CONVENTIONS.md example 8).
+"""The dispatcher's SQL, in one place: each statement named once, with the loop that runs it.
 
 The ORM stays off this path: a tick locks up to ``batch_size`` due jobs, and
 writes all their runs and next fires in one statement over ``unnest`` arrays,
@@ -94,7 +94,7 @@ NOTHING_FOR_OVERLAP_TO_DECIDE = """
 # active run under skip/queue) is left due for the planned path in Python.
 # SKIP LOCKED and ON CONFLICT guard as in LOCK_DUE_JOBS and
 # INSERT_RUNS_AND_ADVANCE. Measured on PostgreSQL this is what makes the
-# dispatcher's cost track the due work (PERFORMANCE.md).
+# dispatcher's cost track the due work, not the table size.
 DISPATCH_SIMPLE_INTERVALS = f"""
     WITH due AS (
         SELECT id, next_fire_at, interval_seconds, overlap_policy, max_attempts, target_kind

@@ -1,4 +1,4 @@
-"""The delivery engine behind ``manage.py work`` (PRODUCT.md §4, §1.2-1.4).
+"""The delivery engine behind ``manage.py work`` (README "What it guarantees": identity, leases, fencing).
 
 One asyncio event loop keeps up to ``concurrency`` webhook deliveries in
 flight through one aiohttp session: thousands of slow receivers cost sockets,

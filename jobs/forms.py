@@ -1,8 +1,8 @@
-"""The admin's job form: the rules of PRODUCT.md §2, field by field.
+"""The admin's job form: the rules of README "Input rules", field by field.
 
 Schedules are checked by ``jobs.schedules`` (the same validators the API and
 the dispatcher rely on) and webhook URLs by ``jobs.targets.check_url``
-(the outbound-address rules of §5), so the admin accepts exactly what the rest
+(the outbound-address rules of README "Security"), so the admin accepts exactly what the rest
 of Punctual accepts, with the error next to the field.
 """
 

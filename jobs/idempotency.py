@@ -1,4 +1,4 @@
-"""``Idempotency-Key`` for POST /jobs/ and POST /jobs/{id}/trigger/ (PRODUCT.md §4).
+"""``Idempotency-Key`` for POST /jobs/ and POST /jobs/{id}/trigger/ (README "The REST API").
 
 A client that lost the answer to a create or a trigger (a timeout, a dropped
 connection) sends the same request again with the same key, and gets the first

@@ -1,4 +1,4 @@
-"""The limits of a job's fields (PRODUCT.md §2), in one table.
+"""The limits of a job's fields (README "Input rules"), in one table.
 
 The model's validators, the admin form and the API serializer all read their
 bounds from here, so the two ways in accept and refuse exactly the same

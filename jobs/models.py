@@ -1,4 +1,4 @@
-"""Jobs: what to run, when, and where to deliver it (PRODUCT.md §2).
+"""Jobs: what to run, when, and where to deliver it (README "Input rules").
 
 The schedule math lives in ``jobs.schedules`` (pure); this module holds the
 rows and the domain verbs that touch only the job: reschedule, rotate_secret.

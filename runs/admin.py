@@ -31,7 +31,7 @@ from runs.models import Attempt, RetryNotAllowed, Run, RunState
 
 # A run is late when it started this long after its scheduled time, or is
 # still waiting this long after it became available. Jitter is part of the lag
-# by definition (PRODUCT.md §2: first attempt's start minus scheduled_at).
+# by definition (README "Input rules": first attempt's start minus scheduled_at).
 LATE_AFTER = dt.timedelta(seconds=5)
 RETRYABLE_STATES = (RunState.FAILED, RunState.MISSED)
 

@@ -9,7 +9,7 @@ database and is known only once a batch of outcomes is written
 (``runs/outcomes.py``), so it is asked then.
 
 Pure, like ``runs/retry.py``: no ORM, no clock. The caller passes ``now``
-and a ``random.Random`` (CONVENTIONS.md examples 1 and 15).
+and a ``random.Random``, so it is testable with a table of cases.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The fire auditor: proof that nothing was lost, doubled or left stuck.
 
-PRODUCT.md §1 promises one run per fire, one identity per fire, no stuck runs
+README "What it guarantees" promises one run per fire, one identity per fire, no stuck runs
 and no silent gaps. ``audit()`` checks those promises against what is actually
 in the database (and, optionally, against what a receiver actually got), over a
 window ``[since, until)``. The fault suite (tests/processes/faults/) ends every
@@ -22,7 +22,7 @@ For each job, in order:
    ``missed`` or ``skipped`` run was never attempted.
 4. **Stuck.** No run is ``running`` with its lease expired, or past its
    attempt deadline, by more than ``tolerance``: someone should have taken it
-   over (PRODUCT.md §1.3). This looks at every running run of the audited
+   over (README "What it guarantees"). This looks at every running run of the audited
    jobs, whatever its ``scheduled_at``.
 5. **Deliveries** (with a receiver log, the loopback receiver's JSON lines):
    every ``succeeded`` webhook run was delivered at least once; every delivery

@@ -2,7 +2,7 @@
 
 In the runs app, above jobs, because a job is shown with its last run.
 
-Validation follows PRODUCT.md §2's field table exactly; the schedule rules are
+Validation follows the README "Input rules" table exactly; the schedule rules are
 ``jobs.schedules``' own validators, and the URL rule is
 ``jobs.targets.check_url``, so the API, the admin and the worker agree on
 what is valid. Writes go through the views, which call the model's verbs.
@@ -146,7 +146,7 @@ class LastRunSerializer(serializers.Serializer):
     ]
 )
 class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
-    """A job as the API reads and writes it (PRODUCT.md §2).
+    """A job as the API reads and writes it (README "Input rules").
 
     PUT replaces: an omitted optional field goes back to its default. PATCH
     changes only the fields it sends.
@@ -209,7 +209,7 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
     )
 
     def get_fields(self):
-        # Declared fields of the schedule mixin would come first; read like §2.
+        # Declared fields of the schedule mixin would come first; read like the job's field table.
         fields = super().get_fields()
         first = {name: fields.pop(name) for name in self.FIELD_ORDER}
         return {**first, **fields}

@@ -1,4 +1,4 @@
-"""The jobs API (PRODUCT.md §4): CRUD, the job verbs, previews, events, runs.
+"""The jobs API (README "The REST API"): CRUD, the job verbs, previews, events, runs.
 
 It sits in the runs app, above jobs, because a job's answers show its runs
 (the last run, the runs list) and its verbs create and cancel them.

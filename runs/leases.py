@@ -1,5 +1,5 @@
 """Leases: claim, heartbeat and release runs as guarded, set-based updates
-(PRODUCT.md §1.3, §1.4; CONVENTIONS.md examples 5, 6 and 8).
+(README "What it guarantees": fencing; every state change a guarded, batched update).
 
 Every statement here works on a batch and commits once. A lease is the triple
 ``(state = 'running', lease_owner, attempt)``: every write to a held run is

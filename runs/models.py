@@ -1,4 +1,4 @@
-"""Runs (one row per fire) and their attempts (PRODUCT.md §2, "Run").
+"""Runs (one row per fire) and their attempts (README "Input rules", "Run").
 
 A run's id is the fire's identity: every delivery attempt carries it as
 ``webhook-id`` and ``Idempotency-Key``. State changes on the hot path (claim,
@@ -159,7 +159,7 @@ class Run(models.Model):
     class Meta:
         ordering = ["-scheduled_at"]
         constraints = [
-            # One fire, one run (PRODUCT.md §1.1): a second dispatcher's insert
+            # One fire, one run (README "What it guarantees"): a second dispatcher's insert
             # of the same fire becomes ON CONFLICT DO NOTHING.
             models.UniqueConstraint(fields=["job", "scheduled_at"], name="run_one_per_fire"),
             # Under overlap skip/queue at most one run of a job is running.

@@ -1,5 +1,5 @@
 """Outcomes: write how attempts ended, as guarded, set-based updates
-(PRODUCT.md §1.4, §3 "Retries"; CONVENTIONS.md examples 5 and 8).
+(README "What it guarantees" and "Design choices": retries; guarded, batched updates).
 
 ``complete()`` writes a batch of attempt outcomes (decided by
 ``runs/after_attempt.py``) in one transaction, fenced on the lease the

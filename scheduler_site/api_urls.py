@@ -1,4 +1,4 @@
-"""The REST API under /api/v1/ (PRODUCT.md §4). Health lives in ops_urls."""
+"""The REST API under /api/v1/ (README "The REST API"). Health lives in ops_urls."""
 
 from __future__ import annotations
 

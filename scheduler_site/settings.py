@@ -45,7 +45,7 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 
 # Webhooks may target loopback and private addresses only when this is true
-# (development, the demo, tests). It lifts the address rule of PRODUCT.md §5 and
+# (development, the demo, tests). It lifts the address rule of README "Security" and
 # nothing else.
 PUNCTUAL_ALLOW_PRIVATE_TARGETS = env("PUNCTUAL_ALLOW_PRIVATE_TARGETS")
 PUNCTUAL_RUN_RETENTION_DAYS = env("PUNCTUAL_RUN_RETENTION_DAYS")
@@ -132,7 +132,7 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "en-us"
-# PRODUCT.md and CONVENTIONS.md require aware UTC datetimes everywhere; the
+# Punctual requires aware UTC datetimes everywhere; the
 # system check in scheduler_site/checks.py refuses to start otherwise.
 TIME_ZONE = "UTC"
 USE_I18N = True

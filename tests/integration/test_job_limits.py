@@ -1,5 +1,5 @@
 """The admin form and the API accept and refuse exactly the same job field
-values (PRODUCT.md §2): every limit in jobs/limits.py, walked at its
+values (README "Input rules"): every limit in jobs/limits.py, walked at its
 boundaries (min - 1, min, max, max + 1; max and max + 1 for lengths and the
 payload) through both ways in. A refusal names the field and writes nothing."""
 

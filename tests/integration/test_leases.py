@@ -1,4 +1,4 @@
-"""Claim, heartbeat, complete and release: leases and fencing (PRODUCT.md §1.3-1.4)."""
+"""Claim, heartbeat, complete and release: leases and fencing (README "What it guarantees"-1.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Real ``manage.py dispatch`` processes against PostgreSQL (PRODUCT.md §1.1, §3)."""
+"""Real ``manage.py dispatch`` processes against PostgreSQL (README "What it guarantees")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Real ``manage.py work`` processes delivering to a real local receiver
-(PRODUCT.md §1.2-1.4, §3 retries, §4 webhook delivery, §5 addresses)."""
+(README "What it guarantees", "Writing a receiver" and "Security")."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def test_sigkilled_worker_run_is_redelivered_with_the_same_id(owner, processes, 
         (1, "lease_expired", "doomed"),
         (2, "succeeded", "survivor"),
     ]
-    # PRODUCT.md §6: re-delivered within lease_seconds + 1 s. The product's
+    # README "Benchmarks": re-delivered within lease_seconds + 1 s. The product's
     # own timestamp of the re-delivery is the survivor's claim (the database's
     # now(), which also closes the lost attempt); the receiver's log time
     # would add how long a busy machine takes to schedule the receiver.

@@ -1,4 +1,4 @@
-"""What happens to a run after one attempt (PRODUCT.md §3 "Retries"): the one
+"""What happens to a run after one attempt (README "Design choices" "Retries"): the one
 rule that the webhook worker and the pull API share. Pure, told the time."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The misfire and overlap rules of PRODUCT.md §3, case by case (pure)."""
+"""The misfire and overlap rules of README "Design choices", case by case (pure)."""
 
 from __future__ import annotations
 

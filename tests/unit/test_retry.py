@@ -1,4 +1,4 @@
-"""Retry decisions (PRODUCT.md §3 "Retries"): pure, told the time, seeded randomness."""
+"""Retry decisions (README "Design choices" "Retries"): pure, told the time, seeded randomness."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a receiver gets (PRODUCT.md §4) and where Punctual may connect (§5).
+"""What a receiver gets (README "The REST API") and where Punctual may connect (README "Security").
 
 No network: every name resolution below goes through an injected resolver,
 except "localhost", which the OS answers from its hosts file.

@@ -1,4 +1,4 @@
-"""``manage.py bench``: PRODUCT.md §6 scenarios; one JSON object per scenario."""
+"""``manage.py bench``: README "Benchmarks" scenarios; one JSON object per scenario."""
 
 from __future__ import annotations
 

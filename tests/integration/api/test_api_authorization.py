@@ -1,4 +1,4 @@
-"""The authorization matrix (PRODUCT.md §4, §5): every API route that takes an
+"""The authorization matrix (README "Security"): every API route that takes an
 object id, every method, three callers.
 
 The routes come from Django's resolver, not from a list kept by hand: a new

@@ -1,7 +1,7 @@
-"""Bad input gets a 4xx that names the field, and writes nothing (PRODUCT.md §1.7).
+"""Bad input gets a 4xx that names the field, and writes nothing (README "What it guarantees").
 
 One table, every row a request that must be refused: bounds and wrong types of
-every field of §2, invalid and never-firing crons, zones, every spelling of a
+every field of the job, invalid and never-firing crons, zones, every spelling of a
 private address, oversized and malformed bodies. Each answer is checked for
 its status and for the field it names, and the tables are checked for nothing
 written.

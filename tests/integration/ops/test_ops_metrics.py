@@ -1,4 +1,4 @@
-"""GET /metrics (PRODUCT.md §4): every series, with values that match the
+"""GET /metrics (README "The REST API"): every series, with values that match the
 database."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """SIGKILL of dispatchers in the middle of a batch, without and with
-``--shard`` (PRODUCT.md §1.1, §3, §7).
+``--shard`` (README "What it guarantees" and "Scaling").
 
 150 jobs fire every second, dispatched in batches of 20 jobs per transaction.
 Two dispatchers run at once; one of them at a time (chosen by

@@ -1,4 +1,4 @@
-"""A dispatcher outage longer than the misfire grace (PRODUCT.md §3 "Due,
+"""A dispatcher outage longer than the misfire grace (README "Design choices" "Due,
 delayed, missed").
 
 Jobs fire every second with a 2 s grace. The only dispatcher is SIGKILLed,

@@ -1,4 +1,4 @@
-"""Receiver faults (PRODUCT.md §3 "Retries", §5): a hang, a connection reset,
+"""Receiver faults (README "Design choices": retries; "Security"): a hang, a connection reset,
 a slow drip, a huge body, malformed HTTP and a redirect to loopback.
 
 Each job has one scheduled fire, dispatched by a real dispatcher and delivered

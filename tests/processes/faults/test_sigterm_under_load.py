@@ -1,4 +1,4 @@
-"""SIGTERM under load: no run is lost (PRODUCT.md §4, "SIGTERM makes dispatch
+"""SIGTERM under load: no run is lost (README "The REST API", "SIGTERM makes dispatch
 and work stop claiming new work and finish the deliveries already in flight").
 
 Sixty jobs fire every second into a receiver that takes 1.5 s to answer, so a

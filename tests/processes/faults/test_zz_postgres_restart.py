@@ -1,4 +1,4 @@
-"""A PostgreSQL restart while runs are in flight (PRODUCT.md §1.1, §1.3).
+"""A PostgreSQL restart while runs are in flight (README "What it guarantees").
 
 Two dispatchers and two workers are busy (fast deliveries and one-second ones
 in flight) when the session's embedded PostgreSQL is stopped at once (as in a
