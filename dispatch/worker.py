@@ -1,4 +1,6 @@
-"""The delivery engine behind ``manage.py work`` (README "What it guarantees": identity, leases, fencing).
+"""The delivery engine behind ``manage.py work``.
+
+README "What it guarantees": one identity per fire, leases, fencing.
 
 One asyncio event loop keeps up to ``concurrency`` webhook deliveries in
 flight through one aiohttp session: thousands of slow receivers cost sockets,
