@@ -13,7 +13,7 @@ import pytest
 from tests.factories import make_job
 from tests.processes.conftest import ROOT, process_env
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
 def bench(*args: str) -> list[dict]:

@@ -16,7 +16,7 @@ from runs.models import Run
 from tests.factories import make_job
 from tests.processes.conftest import wait_until
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True)]
 S = dt.timedelta(seconds=1)
 
 

@@ -15,7 +15,6 @@ from dispatch.models import ProcessHeartbeat
 from tests.processes.conftest import wait_until
 
 pytestmark = [
-    pytest.mark.postgres,
     pytest.mark.processes,
     pytest.mark.django_db(transaction=True),
 ]

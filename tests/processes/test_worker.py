@@ -19,7 +19,7 @@ from runs.models import Run
 from tests.factories import make_job
 from tests.processes.conftest import process_env, wait_until
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
 def run_state(run_id):

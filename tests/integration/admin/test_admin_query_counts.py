@@ -92,7 +92,6 @@ def test_no_query_of_the_runs_list_counts_runs(client, status):
     assert not [q for q in sql if "COUNT(" in q.upper()]
 
 
-@pytest.mark.postgres
 def test_lists_read_indexes_not_tables_with_10_000_jobs_and_1_000_000_runs(client):
     """Real volumes on PostgreSQL: 10,000 jobs, 1,000,000 runs.
 

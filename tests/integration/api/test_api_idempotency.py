@@ -101,7 +101,6 @@ def test_a_backfill_repeated_over_the_same_window_creates_nothing_new(api, owner
     assert Run.objects.filter(job=job).count() == 12
 
 
-@pytest.mark.postgres
 def test_concurrent_creates_with_one_key_make_one_job(transactional_db, owner):
     """Both requests pass the lookup before either commits; the unique key row,
     inserted first, makes the second wait and then replay the first answer."""

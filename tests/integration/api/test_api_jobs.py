@@ -378,7 +378,6 @@ def test_the_schema_and_swagger_ui_are_served_without_a_cdn(anon):
     assert "swagger-ui" in html and "cdn" not in html.lower() and "//unpkg" not in html
 
 
-@pytest.mark.postgres
 def test_two_concurrent_creates_of_one_name_make_one_job_and_a_400(transactional_db, owner):
     """Both may pass the serializer's name check before either commits: the
     unique constraint decides, and the loser gets a 400 naming the field."""

@@ -25,7 +25,7 @@ from runs.models import Attempt, Run
 from tests.database import subprocess_database_url
 from tests.factories import make_job
 
-pytestmark = [pytest.mark.postgres, pytest.mark.processes]
+pytestmark = [pytest.mark.processes]
 
 BIN = Path(sys.executable).parent
 # Generous: a cold gunicorn on a busy machine takes a while to answer its first request.

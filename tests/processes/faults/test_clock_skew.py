@@ -32,7 +32,7 @@ from tests.processes.faults.conftest import (
     stop_all,
 )
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 SKEW = 300  # seconds, both ways
 LEASE = 60  # seconds; an attempt's deadline is 2 * LEASE + 5 s, still under SKEW

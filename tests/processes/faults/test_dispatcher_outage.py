@@ -29,7 +29,7 @@ from tests.factories import make_job
 from tests.processes.conftest import wait_until
 from tests.processes.faults.conftest import assert_audit_clean, drain, registered
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 GRACE = dt.timedelta(seconds=2)
 OUTAGE = dt.timedelta(seconds=8)

@@ -31,7 +31,7 @@ from runs.models import Run
 from tests.factories import make_job
 from tests.processes.faults.conftest import assert_audit_clean, drain
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 MINUTE = dt.timedelta(minutes=1)
 HALF_HOUR = dt.timedelta(minutes=30)

@@ -19,7 +19,7 @@ from tests.factories import make_job
 from tests.processes.conftest import wait_until
 from tests.processes.faults.conftest import assert_audit_clean, drain
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 # path -> (state, attempts, outcome of each attempt, words in the last error)
 EXPECTED = {

@@ -27,7 +27,7 @@ from tests.factories import make_job
 from tests.processes.conftest import wait_until
 from tests.processes.faults.conftest import assert_audit_clean, drain, stop_all
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 LEASE = 3
 
