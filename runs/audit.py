@@ -45,6 +45,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from core.db import db_now
 from jobs.models import Job, JobState
@@ -218,10 +219,12 @@ def _audit_job(report, job, since, until, tolerance, succeeded, not_run) -> None
     runs = list(
         Run.objects.filter(job=job, scheduled_at__gte=since, scheduled_at__lt=until)
         .order_by("scheduled_at", "id")
-        .values_list("id", "scheduled_at", "kind", "state", "reason", "attempt", "target_kind")
+        .values_list(
+            "id", "scheduled_at", "kind", "state", "reason", "attempt", "target_kind", named=True
+        )
     )
     report.counts["runs"] += len(runs)
-    by_time: dict[dt.datetime, list[tuple]] = defaultdict(list)
+    by_time: dict[dt.datetime, list[Any]] = defaultdict(list)
     for row in runs:
         run_id, at, kind, state, reason, attempt, target = row
         by_time[at].append(row)
@@ -249,7 +252,7 @@ def _audit_job(report, job, since, until, tolerance, succeeded, not_run) -> None
     if schedule is None:
         return
 
-    pauses = _pause_spans(job, events, [r for r in runs if r[2] in _ON_SCHEDULE], lo, tolerance)
+    pauses = _pause_spans(job, events, [r for r in runs if r.kind in _ON_SCHEDULE], lo, tolerance)
     if pauses and pauses[-1][1] == FOREVER:
         # Paused (or deleted) for good: nothing after its last run is owed.
         hi = min(hi, pauses.pop()[0] + ONE_US)
@@ -273,14 +276,15 @@ def _audit_job(report, job, since, until, tolerance, succeeded, not_run) -> None
 
     for at, rows in by_time.items():
         if len(rows) > 1:
-            ids = ", ".join(str(r[0]) for r in rows)
+            ids = ", ".join(str(r.id) for r in rows)
             report.add(
                 Kind.DUPLICATE_RUN,
                 f"{len(rows)} runs for one fire: {ids}",
                 job_id=job.pk,
                 scheduled_at=at,
             )
-        for run_id, _, kind, *_rest in rows:
+        for row in rows:
+            run_id, kind = row.id, row.kind
             if kind not in _ON_SCHEDULE or at in required:
                 continue
             if schedule.next_fire(at - ONE_US) != at:
@@ -298,7 +302,7 @@ def _pause_spans(job, events, on_schedule_runs, lo, tolerance) -> list[tuple]:
     before a pause (or delete) to the resume, widened by ``tolerance``; an
     unfinished pause runs to the end of time."""
     spans = []
-    times = [r[1] for r in on_schedule_runs]
+    times = [r.scheduled_at for r in on_schedule_runs]
     last_before = _last_before_fn(job, times, lo)
     paused_at = None
     for action, _changes, at in events:
