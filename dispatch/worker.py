@@ -44,11 +44,11 @@ from django.db import DatabaseError, close_old_connections, connection, connecti
 from dispatch import fleet, webhooks
 from jobs import crypto
 from runs import leases, outcomes
+from runs.after_attempt import after_attempt
+from runs.retry import Outcome
 
 if TYPE_CHECKING:
     import aiohttp
-from runs.after_attempt import after_attempt
-from runs.retry import Outcome
 
 log = logging.getLogger("punctual.worker")
 
