@@ -3,6 +3,8 @@ and ``If-Match``/``ETag`` helpers for versioned objects."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -10,8 +12,16 @@ from rest_framework.request import Request
 from core.api_errors import ApiAutoSchema, PreconditionFailed
 from core.api_parsers import StrictJSONParser
 
+if TYPE_CHECKING:
+    # The mixin is only ever mixed into APIView subclasses; type-check it as one.
+    from rest_framework.views import APIView
 
-class ApiViewMixin:
+    _MixinBase = APIView
+else:
+    _MixinBase = object
+
+
+class ApiViewMixin(_MixinBase):
     """Put first in the bases of every API view.
 
     JSON only, both ways: a form post or a body without a Content-Type is a

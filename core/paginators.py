@@ -18,14 +18,19 @@ The cost grows with the page number, never with the table.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
 
 class LookaheadPaginator(Paginator):
     pages_ahead = 5
+    # The admin hands its paginator a queryset: ``count`` reads primary keys from it.
+    object_list: QuerySet[Any]
 
-    def __init__(self, object_list, per_page, *, page_number=1, **kwargs) -> None:
+    def __init__(self, object_list: QuerySet[Any], per_page, *, page_number=1, **kwargs) -> None:
         super().__init__(object_list, per_page, **kwargs)
         try:
             self.page_number = max(1, int(page_number))

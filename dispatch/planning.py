@@ -9,6 +9,7 @@ misfire and overlap rules of README "Design choices" case by case.
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -29,7 +30,7 @@ PENDING, MISSED, SKIPPED = "pending", "missed", "skipped"
 class DueJob:
     """The columns of a locked due job that the decision needs."""
 
-    id: object
+    id: uuid.UUID
     cron: str | None
     interval_seconds: int | None
     timezone: str

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from core.db import db_now as _db_now
 from core.db import dict_cursor
@@ -192,7 +193,7 @@ def insert_runs_and_advance(
     ``advances`` rows: (job_id, next_fire_at).
     """
     cols = list(zip(*runs, strict=True)) if runs else [()] * 10
-    params = {
+    params: dict[str, Any] = {
         "now": now,
         "job_ids": list(cols[0]),
         "scheduled": list(cols[1]),

@@ -36,6 +36,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, connections
@@ -45,6 +46,9 @@ from jobs import crypto
 from runs import leases, outcomes
 from runs.after_attempt import after_attempt
 from runs.retry import Outcome
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger("punctual.worker")
 
@@ -138,8 +142,9 @@ class Worker:
         self.stopping = threading.Event()
         self._secrets: dict[tuple, list[str]] = {}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="punctual-db")
+        # Both made by run() or run_once() on the event loop, before any delivery.
         self._wake: asyncio.Event | None = None
-        self._session = None
+        self._session: aiohttp.ClientSession | None = None
 
     # -- the database thread ------------------------------------------------
 
@@ -195,6 +200,7 @@ class Worker:
                     secrets=secrets,
                     timeout_seconds=c.timeout_seconds,
                 )
+                assert self._session is not None  # set before any delivery starts
                 result = await webhooks.deliver(
                     self._session, delivery, now=now, allow_private=self.allow_private
                 )
@@ -215,6 +221,7 @@ class Worker:
             )
         finally:
             self.in_flight -= 1
+            assert self._wake is not None  # set before any delivery starts
             self._wake.set()
 
     # -- loops ----------------------------------------------------------------
@@ -243,6 +250,7 @@ class Worker:
                 await self._sleep(self.poll_interval)
 
     async def _sleep(self, seconds: float) -> None:
+        assert self._wake is not None  # set by run() before the loops start
         self._wake.clear()
         try:
             await asyncio.wait_for(self._wake.wait(), seconds)
@@ -354,6 +362,7 @@ class Worker:
             await self._db(self.registration.leave)
         except DatabaseError:
             pass
+        assert self._session is not None  # set by run() before the loops start
         await self._session.close()
         await self._db(connections.close_all)
         self._executor.shutdown(wait=True)

@@ -9,6 +9,7 @@ of Punctual accepts, with the error next to the field.
 from __future__ import annotations
 
 import zoneinfo
+from typing import TYPE_CHECKING
 
 from django import forms
 from django.conf import settings
@@ -18,6 +19,9 @@ from jobs import schedules
 from jobs.limits import MAX_LENGTHS, MAX_PAYLOAD_BYTES, RANGES, payload_size
 from jobs.models import Job, TargetKind
 from jobs.targets import UnsafeTargetError, check_url
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 def _zone_choices() -> list[tuple[str, str]]:
@@ -79,7 +83,7 @@ class JobForm(forms.ModelForm):
 
     # The owner of a new job when the form has no owner field (non-superusers).
     # Set per request by JobAdmin.get_form.
-    default_owner = None
+    default_owner: User | None = None
 
     class Meta:
         model = Job
@@ -154,6 +158,9 @@ class JobForm(forms.ModelForm):
 
     def clean(self) -> dict:
         data = super().clean()
+        # BaseModelForm.clean returns cleaned_data; the stubs allow None for
+        # overrides that return nothing.
+        assert data is not None
         expected = data.get("expected_version")
         if self.instance.pk is not None and expected not in (None, self.instance.version):
             raise forms.ValidationError(

@@ -93,6 +93,8 @@ def respond(request: Request, handler: Callable[[], Response]) -> Response:
     if key is None:
         return handler()
     owner = request.user
+    # Every API view needs an authenticated user (IsAuthenticated, in settings).
+    assert owner.is_authenticated
     fingerprint = _fingerprint(request)
     now = db_now()
     stored = _stored(owner, key, now)

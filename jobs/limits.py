@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TypedDict
 
 from django.core.validators import MaxValueValidator, MinValueValidator
 
 from jobs.schedules import MAX_CRON_LENGTH, MAX_INTERVAL_SECONDS
+
+
+class Bounds(TypedDict):
+    min_value: int
+    max_value: int
 
 
 @dataclass(frozen=True)
@@ -24,7 +30,7 @@ class Range:
     min: int
     max: int
 
-    def bounds(self) -> dict[str, int]:
+    def bounds(self) -> Bounds:
         """``min_value`` and ``max_value``, as form and serializer fields take them."""
         return {"min_value": self.min, "max_value": self.max}
 

@@ -53,7 +53,7 @@ class Channel(models.TextChoices):
     SYSTEM = "system", "System"
 
 
-class JobQuerySet(models.QuerySet):
+class JobQuerySet(models.QuerySet["Job"]):
     def live(self) -> JobQuerySet:
         """Jobs that have not been deleted (deleted jobs stay for their runs' sake)."""
         return self.filter(deleted_at__isnull=True)

@@ -134,7 +134,8 @@ def insert_jobs(
                 "due": due,
                 "spread": spread,
                 "count": count,
-                "step": dt.timedelta(seconds=interval) / max(count, 1),
+                # psycopg adapts a timedelta to an interval; the stubs' list of SQL types omits it.
+                "step": dt.timedelta(seconds=interval) / max(count, 1),  # type: ignore[dict-item]
                 "secret": secret,
             },
         )
@@ -369,7 +370,7 @@ def scenario_e2e(
         seen_ids[e["webhook_id"]] += 1
         if seen_ids[e["webhook_id"]] == 1:
             lags.append(e["t"] - _parse_iso(e["scheduled_at"]))
-    states = defaultdict(int)
+    states: defaultdict[str, int] = defaultdict(int)
     for state in window.values_list("state", flat=True):
         states[state] += 1
     expected = round(jobs * duration / interval)

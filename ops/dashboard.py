@@ -93,7 +93,8 @@ def lag_chart(now: dt.datetime) -> charts.Chart:
     ):
         index = int((at - start) / LAG_BUCKET)
         if 0 <= index < count:
-            worst[index] = lag if worst[index] is None else max(worst[index], lag)
+            previous = worst[index]
+            worst[index] = lag if previous is None else max(previous, lag)
     return charts.line_chart(worst, _x_labels(count, LAG_BUCKET, "min"))
 
 

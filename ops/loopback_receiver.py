@@ -123,11 +123,13 @@ class Receiver:
         if kind == "redirect":
             return web.Response(status=302, headers={"Location": "/ok"})
         if kind == "reset":
-            request.transport.abort()
+            if request.transport is not None:  # None once the client has gone
+                request.transport.abort()
             return web.Response(status=500)
         if kind == "malformed":
-            request.transport.write(b"NOT HTTP AT ALL\r\n\r\n")
-            request.transport.close()
+            if request.transport is not None:
+                request.transport.write(b"NOT HTTP AT ALL\r\n\r\n")
+                request.transport.close()
             return web.Response(status=500)
         if kind == "hold-first":
             if self.seen[webhook_id] <= 1:

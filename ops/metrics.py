@@ -220,8 +220,8 @@ class PunctualCollector(Collector):
             "Age of the oldest due run waiting for a worker (pending or retrying)",
             labels=["target_kind"],
         )
-        for kind, seconds in _oldest_pending(now).items():
-            oldest.add_metric([kind], seconds)
+        for kind, age in _oldest_pending(now).items():
+            oldest.add_metric([kind], age)
         yield oldest
 
         stats = _delivery_stats()

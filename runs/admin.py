@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
@@ -117,9 +118,11 @@ class AttemptInline(admin.TabularInline):
 
 
 def _now(obj: Run) -> dt.datetime:
-    if not hasattr(obj, "page_now"):
-        obj.page_now = db_now()
-    return obj.page_now
+    now: dt.datetime | None = getattr(obj, "page_now", None)
+    if now is None:
+        now = db_now()
+        setattr(obj, "page_now", now)  # noqa: B010 - not a model attribute, so no obj.page_now
+    return now
 
 
 @admin.register(Run)
@@ -165,7 +168,7 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
     ]
     # A run is written by the dispatcher and the workers, never by a form:
     # every field shown is read-only.
-    readonly_fields = tuple(f for _, options in fieldsets for f in options["fields"])
+    readonly_fields = tuple(flatten_fieldsets(fieldsets))
 
     def get_queryset(self, request):
         # The job's bulky columns are never shown here.

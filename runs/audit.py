@@ -178,10 +178,10 @@ def audit(
     if until <= since:
         raise ValueError("until must be after since")
     report = AuditReport(since=since, until=until, now=now)
-    jobs = Job.objects.all().order_by("created_at", "id")
+    job_rows = Job.objects.all().order_by("created_at", "id")
     if job_ids is not None:
-        jobs = jobs.filter(pk__in=list(job_ids))
-    jobs = list(jobs)  # read before the runs: see the module docstring
+        job_rows = job_rows.filter(pk__in=list(job_ids))
+    jobs = list(job_rows)  # read before the runs: see the module docstring
     report.counts["jobs"] = len(jobs)
     succeeded: dict[str, tuple] = {}
     not_run: dict[str, tuple] = {}

@@ -16,7 +16,7 @@ import datetime as dt
 import json
 import statistics
 import zoneinfo
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
@@ -79,9 +79,11 @@ def verify(body: bytes, headers: dict[str, str]) -> dict:
 
 def _now(obj: Job) -> dt.datetime:
     """The database clock, read once per job page (several fields need it)."""
-    if not hasattr(obj, "_admin_now"):
-        obj._admin_now = db_now()
-    return obj._admin_now
+    now: dt.datetime | None = getattr(obj, "_admin_now", None)
+    if now is None:
+        now = db_now()
+        setattr(obj, "_admin_now", now)  # noqa: B010 - not a model attribute, so no obj._admin_now
+    return now
 
 
 def _jsonable(value: Any) -> Any:
@@ -265,7 +267,10 @@ class JobAdmin(OwnerScopedAdmin):
         return fieldsets
 
     def get_form(self, request, obj=None, change=False, **kwargs):
-        form = super().get_form(request, obj, change, **kwargs)
+        # A subclass of self.form, i.e. of JobForm; the stubs only know ModelForm.
+        form = cast("type[JobForm]", super().get_form(request, obj, change, **kwargs))
+        # The admin only serves logged-in staff: the user is never anonymous.
+        assert request.user.is_authenticated
         # modelform_factory made this class for this request: safe to set on it.
         form.default_owner = request.user
         return form
@@ -545,12 +550,15 @@ class JobAdmin(OwnerScopedAdmin):
 
     def _next_fires(self, obj: Job) -> list[tuple[dt.datetime, dt.datetime, bool]]:
         """(fire in UTC, the same in the job's zone, close to a DST change)."""
-        if not hasattr(obj, "_admin_fires"):
+        cached: list[tuple[dt.datetime, dt.datetime, bool]] | None = getattr(
+            obj, "_admin_fires", None
+        )
+        if cached is None:
             try:
                 fires = obj.schedule.next_fires(_now(obj), NEXT_FIRES)
             except schedules.ScheduleError:
                 fires = []
-            obj._admin_fires = [
+            cached = [
                 (
                     fire,
                     _local(fire, obj.timezone),
@@ -558,7 +566,8 @@ class JobAdmin(OwnerScopedAdmin):
                 )
                 for fire in fires
             ]
-        return obj._admin_fires
+            setattr(obj, "_admin_fires", cached)  # noqa: B010 - not a model attribute
+        return cached
 
     def _risks(self, obj: Job, now: dt.datetime) -> list[str]:
         """cron_risks, plus "fires come faster than a run takes"."""
@@ -568,7 +577,7 @@ class JobAdmin(OwnerScopedAdmin):
                 risks = schedules.cron_risks(obj.cron, obj.timezone, now=now)
             except schedules.ScheduleError:
                 pass  # a schedule the validators now refuse: the form says so
-        period = obj.interval_seconds
+        period: float | None = obj.interval_seconds
         if obj.cron:
             fires = [fire for fire, _, _ in self._next_fires(obj)]
             gaps = [(b - a).total_seconds() for a, b in zip(fires, fires[1:], strict=False)]
@@ -593,10 +602,14 @@ class JobAdmin(OwnerScopedAdmin):
         if obj.pk is None:
             return None
         newest = Run.objects.filter(job=obj).order_by("-scheduled_at").values("pk")
-        durations = list(
-            Attempt.objects.filter(
-                run__in=Subquery(newest[:TYPICAL_RUNS]), duration_ms__isnull=False
-            ).values_list("duration_ms", flat=True)
+        # duration_ms__isnull=False: no None among them, which the stubs can't see.
+        durations = cast(
+            "list[int]",
+            list(
+                Attempt.objects.filter(
+                    run__in=Subquery(newest[:TYPICAL_RUNS]), duration_ms__isnull=False
+                ).values_list("duration_ms", flat=True)
+            ),
         )
         if not durations:
             return None

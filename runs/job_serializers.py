@@ -10,6 +10,8 @@ what is valid. Writes go through the views, which call the model's verbs.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from drf_spectacular.utils import OpenApiExample, extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
@@ -235,7 +237,7 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
 
     def validate(self, attrs):
         job: Job | None = self.instance
-        merged = {
+        merged: dict[str, Any] = {
             name: attrs[name] if name in attrs else getattr(job, name, None)
             for name in ("name", "target_kind", "url", *SCHEDULE_FIELDS)
         }

@@ -166,6 +166,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         last_run = Run.objects.filter(job=OuterRef("pk")).order_by("-scheduled_at").values("id")
         queryset = self.get_queryset().annotate(last_run_id=Subquery(last_run[:1]))
         page = self.paginate_queryset(queryset)
+        assert page is not None  # pagination_class is set: every list is paginated
         runs = Run.objects.in_bulk([job.last_run_id for job in page if job.last_run_id])
         last_runs = {job.pk: runs.get(job.last_run_id) for job in page}
         data = JobSerializer(page, many=True, context=self.context(last_runs=last_runs)).data
@@ -184,6 +185,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         body.is_valid(raise_exception=True)
         # Made here rather than left to Job.save() so it can be answered once.
         secret = crypto.generate_secret()
+        assert request.user.is_authenticated  # IsAuthenticated, the API's default permission
         job = Job(owner=request.user, **body.validated_data)
         job.set_secret(secret)
         with transaction.atomic():

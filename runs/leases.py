@@ -20,6 +20,7 @@ import datetime as dt
 import json
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import transaction
 
@@ -207,7 +208,7 @@ def claim(
     if job_owner_id is not None:
         scope = PULL_SCOPE.format(job="AND id = %(job_id)s" if job_id else "")
     with transaction.atomic():
-        params = {
+        params: dict[str, Any] = {
             "owner": owner,
             "lease": lease_seconds,
             "grace": DEADLINE_GRACE_SECONDS,

@@ -70,7 +70,7 @@ class RetryNotAllowed(Exception):
     pass
 
 
-class RunQuerySet(models.QuerySet):
+class RunQuerySet(models.QuerySet["Run"]):
     def for_owner(self, user) -> RunQuerySet:
         """The one owner filter every run endpoint and admin page uses."""
         if user.is_superuser:
@@ -92,7 +92,7 @@ class RunQuerySet(models.QuerySet):
         left alone (the unique fire key turns a duplicate into a no-op)."""
         offset = dt.timedelta(seconds=jitter_offset(job.pk, job.jitter_seconds))
         rows = [
-            Run(
+            self.model(
                 job=job,
                 scheduled_at=fire,
                 kind=kind,

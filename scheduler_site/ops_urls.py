@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from django.apps import apps
 from django.contrib.staticfiles.urls import staticfiles_urlpatterns
-from django.urls import include, path
+from django.urls import URLPattern, URLResolver, include, path
 
 from ops.health import health_view
 from ops.metrics import metrics_view
 
-urlpatterns = [
+urlpatterns: list[URLPattern | URLResolver] = [
     path("api/v1/health/", health_view, name="health"),
     path("metrics", metrics_view, name="metrics"),
     # Empty unless DEBUG is on.

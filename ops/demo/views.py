@@ -125,10 +125,10 @@ def _deliveries(job: Job | None) -> list[dict[str, object]]:
     """The newest deliveries, with the state each run is in now."""
     from runs.models import Run
 
-    rows = DemoDelivery.objects.select_related("job")
+    deliveries = DemoDelivery.objects.select_related("job")
     if job is not None:
-        rows = rows.filter(job=job)
-    rows = list(rows[:PAGE_SIZE])
+        deliveries = deliveries.filter(job=job)
+    rows = list(deliveries[:PAGE_SIZE])
     run_ids = []
     for row in rows:
         try:
