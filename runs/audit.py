@@ -216,7 +216,7 @@ def _audit_job(report, job, since, until, tolerance, succeeded, not_run) -> None
     advancing = job.state == JobState.ACTIVE and job.deleted_at is None and job.next_fire_at
     hi = min(until, job.next_fire_at) if advancing else until
 
-    runs = list(
+    runs: list[Any] = list(
         Run.objects.filter(job=job, scheduled_at__gte=since, scheduled_at__lt=until)
         .order_by("scheduled_at", "id")
         .values_list(
