@@ -24,6 +24,7 @@ from django.db import transaction
 from core.db import db_now, dict_cursor
 from runs import job_verbs, stats
 from runs.after_attempt import FAILED, SUCCEEDED, pause_after_streak
+from runs.leases import LEASE_HELD
 
 log = logging.getLogger("punctual.leases")
 
@@ -58,12 +59,14 @@ class Completed:
 # SQL
 # ---------------------------------------------------------------------------
 
-# Worker complete loop and the pull API's complete. Guarded on state, owner
-# and attempt: a worker whose lease expired and whose run was taken over must
-# not overwrite the newer attempt (its row no longer matches, so it is
-# reported stale). A retry of a job paused or deleted meanwhile becomes
-# cancelled instead, so a pause that raced the delivery still stops the job.
-COMPLETE = """
+# Worker complete loop and the pull API's complete, fenced by the one lease
+# rule (runs/leases.py LEASE_HELD): a worker whose run was taken over, or whose
+# attempt deadline passed, must not overwrite the newer attempt (its row no
+# longer matches, so it is reported stale). A retry of a job paused or deleted
+# meanwhile becomes cancelled instead, so a pause that raced the delivery still
+# stops the job.
+COMPLETE = (
+    """
     WITH v AS (
         SELECT * FROM unnest(
             %(ids)s::uuid[], %(attempts)s::int[], %(states)s::text[],
@@ -88,10 +91,12 @@ COMPLETE = """
         last_status_code = w.status_code,
         last_error = w.error
     FROM w
-    WHERE r.id = w.id AND r.state = 'running'
-      AND r.lease_owner = %(owner)s AND r.attempt = w.attempt
+    WHERE r.id = w.id AND"""
+    + LEASE_HELD.format(attempt="w.attempt")
+    + """
     RETURNING r.id
 """
+)
 
 # Same transaction as COMPLETE, for the applied results only. The unique
 # (run, number) key turns an attempt recorded twice (a completion retried

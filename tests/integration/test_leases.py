@@ -117,12 +117,44 @@ def test_fail_exhausted_leaves_live_leases_and_runs_with_attempts_left(owner):
     assert list(last.attempts.values_list("number", "outcome")) == [(1, "lease_expired")]
 
 
-def test_an_expired_lease_is_not_revived_by_a_late_heartbeat(owner):
-    run = pending_run(make_job(owner))
+# README "What it guarantees" (fencing): one lease rule for heartbeat and
+# completion. The run is claimed by w1 at T0 with a 5 s lease and a 30 s
+# timeout (deadline T0 + 35 s); each case is the moment w1 answers.
+LEASE_CASES = {
+    "live": (2, True),
+    "expired_not_taken_over": (6, True),
+    "taken_over": (6, False),
+    "deadline_passed": (36, False),
+}
+
+
+@pytest.mark.parametrize("verb", ["heartbeat", "complete"])
+@pytest.mark.parametrize("case", list(LEASE_CASES))
+def test_heartbeat_and_complete_follow_one_lease_rule(owner, case, verb):
+    run = pending_run(make_job(owner, timeout_seconds=30))
     leases.claim("w1", limit=1, lease_seconds=5, now=T0)
-    assert leases.heartbeat("w1", [(run.pk, 1)], now=T0 + 6 * S) == {}
-    [c] = leases.claim("w2", limit=1, lease_seconds=5, now=T0 + 6 * S)
-    assert c.run_id == run.pk
+    seconds, held = LEASE_CASES[case]
+    now = T0 + seconds * S
+    c = None
+    if case == "taken_over":
+        [c] = leases.claim("w2", limit=1, lease_seconds=5, now=now)
+        assert c.attempt == 2
+    if verb == "heartbeat":
+        kept = leases.heartbeat("w1", [(run.pk, 1)], now=now)
+        assert (run.pk in kept) is held
+    else:
+        done = outcomes.complete("w1", [result(run, 1)], now=now)
+        assert (done.applied == [run.pk]) is held
+    run.refresh_from_db()
+    if held and verb == "complete":
+        assert (run.state, run.lease_owner) == ("succeeded", "")
+    elif held:
+        # A revived lease is the holder's again: no claim takes it meanwhile.
+        assert run.lease_until == now + 5 * S
+        assert leases.claim("w2", limit=1, lease_seconds=5, now=now) == []
+    else:
+        assert run.state == "running" and run.lease_owner == ("w2" if c else "w1")
+        assert run.attempt == (2 if c else 1)
 
 
 @pytest.mark.parametrize("policy", ["skip", "queue"])
