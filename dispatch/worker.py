@@ -131,7 +131,10 @@ class Worker:
         )
         self.poll_interval = poll_interval
         self.rng = random.Random()
-        self.held: dict[uuid.UUID, _Held] = {}
+        # Keyed by (run_id, attempt): this worker may claim its own run again
+        # (its lease expired while nobody else claimed it), and the two
+        # attempts' tasks, results and leases must not be mistaken for each other.
+        self.held: dict[tuple[uuid.UUID, int], _Held] = {}
         self.in_flight = 0
         self.results: list[outcomes.Result] = []
         self.delivered = 0
@@ -235,12 +238,24 @@ class Worker:
                 await self._sleep(DB_RETRY_EVERY)
                 continue
             for c in claimed:
-                self.in_flight += 1
-                held = _Held(c)
-                self.held[c.run_id] = held
-                held.task = asyncio.create_task(self._deliver(c))
+                self._take(c)
             if len(claimed) < limit:
                 await self._sleep(self.poll_interval)
+
+    def _take(self, c: leases.Claimed) -> None:
+        """Start delivering a claimed run.
+
+        A run this worker already held at the previous attempt was taken over
+        by its own claim (the lease expired first): that older attempt is
+        stale, its result would be dropped, so its delivery is cancelled.
+        """
+        older = self.held.pop((c.run_id, c.attempt - 1), None)
+        if older is not None and older.task and not older.task.done():
+            older.task.cancel()
+        self.in_flight += 1
+        held = _Held(c)
+        self.held[(c.run_id, c.attempt)] = held
+        held.task = asyncio.create_task(self._deliver(c))
 
     async def _sleep(self, seconds: float) -> None:
         self._wake.clear()
@@ -261,7 +276,7 @@ class Worker:
             await asyncio.sleep(DB_RETRY_EVERY)
             return 0
         for r in batch:
-            self.held.pop(r.run_id, None)
+            self.held.pop((r.run_id, r.attempt), None)
         self.delivered += len(done.applied)
         if done.pauses:
             await self._db(outcomes.apply_pauses, done.pauses)
@@ -294,13 +309,13 @@ class Worker:
             await asyncio.sleep(tick)
 
     async def _beat_leases(self) -> None:
-        pairs = [(run_id, h.claimed.attempt) for run_id, h in list(self.held.items())]
+        pairs = list(self.held)
         if not pairs:
             return
         kept = await self._db(leases.heartbeat, self.name, pairs)
         for run_id, attempt in pairs:
-            if run_id not in kept and run_id in self.held:
-                lost = self.held.pop(run_id)
+            if run_id not in kept and (run_id, attempt) in self.held:
+                lost = self.held.pop((run_id, attempt))
                 log.warning(
                     "lease lost",
                     extra={
@@ -346,7 +361,7 @@ class Worker:
         if tasks:
             await asyncio.wait(tasks)
         await self._flush()
-        leftovers = [(run_id, h.claimed.attempt) for run_id, h in self.held.items()]
+        leftovers = list(self.held)
         try:
             if leftovers:
                 n = await self._db(leases.release, self.name, leftovers)
