@@ -19,9 +19,12 @@ Four loops share the state:
 - heartbeat: every lease/3 seconds, extend every held lease in one statement.
   A lease reported lost cancels its delivery: someone else owns the run now.
 
-On SIGTERM the worker stops claiming, lets the deliveries in flight finish
-(each is bounded by its timeout, inside its lease), writes their results, and
-releases anything still held so another worker can take it at once.
+On SIGTERM the worker stops claiming and gives the deliveries in flight
+``drain_seconds`` (default: the lease length) to finish. Those still in flight
+then are cancelled. It writes the results it has, and releases everything it
+still holds: the run is claimable again at once (same run id, so the same
+``webhook-id``), its attempt recorded ``interrupted`` and not counted against
+``max_attempts``. A shutdown never waits for a delivery's full timeout.
 """
 
 from __future__ import annotations
@@ -121,9 +124,11 @@ class Worker:
         name: str | None = None,
         allow_private: bool | None = None,
         poll_interval: float = POLL_INTERVAL,
+        drain_seconds: float | None = None,
     ) -> None:
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
+        self.drain_seconds = lease_seconds if drain_seconds is None else drain_seconds
         self.registration = fleet.Registration("worker", name)
         self.name = self.registration.name
         self.allow_private = (
@@ -142,6 +147,7 @@ class Worker:
         self._secrets: dict[tuple, list[str]] = {}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="punctual-db")
         self._wake: asyncio.Event | None = None
+        self._stopped: asyncio.Event | None = None
         self._session = None
 
     # -- the database thread ------------------------------------------------
@@ -308,6 +314,23 @@ class Worker:
                 log.warning("heartbeat failed: database unavailable", extra={"error": str(exc)})
             await asyncio.sleep(tick)
 
+    async def _drain(self) -> None:
+        """After stop(), give the deliveries in flight ``drain_seconds``, then
+        cancel the rest: their runs stay held, and _shutdown releases them."""
+        await self._stopped.wait()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.drain_seconds
+        while self.in_flight and loop.time() < deadline:
+            await asyncio.sleep(min(0.05, max(0.0, deadline - loop.time())))
+        late = [h.task for h in self.held.values() if h.task and not h.task.done()]
+        if late:
+            log.warning(
+                "drain deadline passed: interrupting deliveries",
+                extra={"interrupted": len(late), "drain_seconds": self.drain_seconds},
+            )
+            for task in late:
+                task.cancel()
+
     async def _beat_leases(self) -> None:
         pairs = list(self.held)
         if not pairs:
@@ -331,6 +354,7 @@ class Worker:
 
     async def run(self) -> None:
         self._wake = asyncio.Event()
+        self._stopped = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
@@ -346,7 +370,9 @@ class Worker:
         except DatabaseError:
             pass
         try:
-            await asyncio.gather(self._claim_loop(), self._complete_loop(), self._heartbeat_loop())
+            await asyncio.gather(
+                self._claim_loop(), self._complete_loop(), self._heartbeat_loop(), self._drain()
+            )
         finally:
             await self._shutdown()
 
@@ -354,10 +380,15 @@ class Worker:
         self.stopping.set()
         if self._wake is not None:
             self._wake.set()
+        if self._stopped is not None:
+            self._stopped.set()
 
     async def _shutdown(self) -> None:
-        """Finish in-flight deliveries, write results, release the rest."""
+        """Write the results, release the rest (the drain already ended or
+        cancelled every delivery, unless a loop crashed: cancel them then)."""
         tasks = [h.task for h in self.held.values() if h.task and not h.task.done()]
+        for task in tasks:
+            task.cancel()
         if tasks:
             await asyncio.wait(tasks)
         await self._flush()

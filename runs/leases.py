@@ -181,14 +181,27 @@ HEARTBEAT = (
 )
 
 # Worker shutdown: give runs back, claimable at once, without counting the
-# attempt (max_attempts + 1 offsets the attempt the next claim counts).
-# Guarded on owner and attempt, so a run already taken over is left alone.
+# attempt (max_attempts + 1 offsets the attempt the next claim counts), and
+# record the attempt as ``interrupted`` so the owner sees why it was cut
+# short. Guarded on owner and attempt, so a run already taken over is left
+# alone (and gets no attempt row from this worker).
 RELEASE = """
-    UPDATE runs_run AS r SET state = 'retrying', available_at = %(now)s,
-        max_attempts = r.max_attempts + 1, lease_owner = '', lease_until = NULL
-    FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS h(id, attempt)
-    WHERE r.id = h.id AND r.attempt = h.attempt
-      AND r.state = 'running' AND r.lease_owner = %(owner)s
+    WITH released AS (
+        UPDATE runs_run AS r SET state = 'retrying', available_at = %(now)s,
+            max_attempts = r.max_attempts + 1, lease_owner = '', lease_until = NULL
+        FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS h(id, attempt)
+        WHERE r.id = h.id AND r.attempt = h.attempt
+          AND r.state = 'running' AND r.lease_owner = %(owner)s
+        RETURNING r.id, r.attempt, r.attempt_started_at
+    ), recorded AS (
+        INSERT INTO runs_attempt
+            (run_id, number, worker, started_at, finished_at, outcome, error)
+        SELECT id, attempt, %(owner)s, attempt_started_at, %(now)s, 'interrupted',
+               'interrupted: the worker stopped before the delivery finished'
+        FROM released
+        ON CONFLICT DO NOTHING
+    )
+    SELECT count(*) AS released FROM released
 """
 
 
@@ -272,7 +285,8 @@ def heartbeat(
 
 
 def release(owner: str, held: list[tuple[uuid.UUID, int]], now: dt.datetime | None = None) -> int:
-    """Give runs back at shutdown, claimable at once; the attempt is not counted."""
+    """Give runs back at shutdown, claimable at once; the attempt is not counted
+    and is recorded ``interrupted``. Returns the number of runs released."""
     if not held:
         return 0
     with transaction.atomic(), dict_cursor() as cur:
@@ -285,4 +299,4 @@ def release(owner: str, held: list[tuple[uuid.UUID, int]], now: dt.datetime | No
                 "attempts": [h[1] for h in held],
             },
         )
-        return cur.rowcount
+        return cur.fetchone()["released"]

@@ -193,6 +193,8 @@ def test_release_gives_the_run_back_without_using_an_attempt(owner):
     assert leases.release("w1", [(run.pk, 1)], now=T0 + S) == 1
     [c] = leases.claim("w2", limit=1, lease_seconds=5, now=T0 + S)
     assert (c.attempt, c.max_attempts) == (2, 2)
+    lost = Attempt.objects.get(run=run, number=1)
+    assert (lost.outcome, lost.worker) == ("interrupted", "w1")
 
 
 def test_failure_streak_pauses_the_job_after_pause_after_failures(owner):
