@@ -243,6 +243,11 @@ class Worker:
                 log.warning("claim failed: database unavailable", extra={"error": str(exc)})
                 await self._sleep(DB_RETRY_EVERY)
                 continue
+            except Exception:
+                # A bad row must not stop the worker: log, back off, go on.
+                log.exception("claim failed")
+                await self._sleep(DB_RETRY_EVERY)
+                continue
             for c in claimed:
                 self._take(c)
             if len(claimed) < limit:
@@ -275,17 +280,22 @@ class Worker:
             return 0
         batch, self.results = self.results, []
         try:
+            # One transaction: the results, the failure streaks and any
+            # automatic pause (runs/outcomes.py) commit or roll back together.
             done = await self._db(outcomes.complete, self.name, batch)
-        except DatabaseError as exc:
-            log.warning("complete failed: database unavailable", extra={"error": str(exc)})
+        except Exception as exc:
+            # Keep the results and try again: a database error (or a bad row)
+            # must neither kill the worker nor lose a result or a pause.
+            if isinstance(exc, DatabaseError):
+                log.warning("complete failed: database unavailable", extra={"error": str(exc)})
+            else:
+                log.exception("complete failed")
             self.results = batch + self.results
             await asyncio.sleep(DB_RETRY_EVERY)
             return 0
         for r in batch:
             self.held.pop((r.run_id, r.attempt), None)
         self.delivered += len(done.applied)
-        if done.pauses:
-            await self._db(outcomes.apply_pauses, done.pauses)
         return len(batch)
 
     async def _complete_loop(self) -> None:
@@ -312,6 +322,8 @@ class Worker:
                     )
             except DatabaseError as exc:
                 log.warning("heartbeat failed: database unavailable", extra={"error": str(exc)})
+            except Exception:
+                log.exception("heartbeat failed")
             await asyncio.sleep(tick)
 
     async def _drain(self) -> None:
@@ -430,7 +442,6 @@ class Worker:
 
         if claimed:
             asyncio.run(deliver_all())
-        done = outcomes.complete(self.name, self.results)
+        outcomes.complete(self.name, self.results)
         self.results = []
-        outcomes.apply_pauses(done.pauses)
         return len(claimed)

@@ -204,7 +204,7 @@ def test_failure_streak_pauses_the_job_after_pause_after_failures(owner):
     done = outcomes.complete(
         "w1", [result(r, 1, "failed", reason="permanent error") for r in runs], now=T0 + 6 * S
     )
-    outcomes.apply_pauses(done.pauses)
+    assert [job_id for job_id, _ in done.pauses] == [job.pk]  # in the same transaction
     job.refresh_from_db()
     assert (job.state, job.consecutive_failures) == ("paused", 2)
     assert "2 consecutive failed runs" in job.pause_note
@@ -215,7 +215,7 @@ def test_gone_pauses_the_job_with_a_note(owner):
     run = pending_run(job)
     leases.claim("w1", limit=1, lease_seconds=5, now=T0)
     done = outcomes.complete("w1", [result(run, 1, "failed", pause_note=GONE_NOTE)], now=T0 + S)
-    outcomes.apply_pauses(done.pauses)
+    assert done.pauses == [(job.pk, GONE_NOTE)]
     job.refresh_from_db()
     assert job.state == "paused" and "410 Gone" in job.pause_note
 
