@@ -19,9 +19,12 @@ Four loops share the state:
 - heartbeat: every lease/3 seconds, extend every held lease in one statement.
   A lease reported lost cancels its delivery: someone else owns the run now.
 
-On SIGTERM the worker stops claiming, lets the deliveries in flight finish
-(each is bounded by its timeout, inside its lease), writes their results, and
-releases anything still held so another worker can take it at once.
+On SIGTERM the worker stops claiming and gives the deliveries in flight
+``drain_seconds`` (default: the lease length) to finish. Those still in flight
+then are cancelled. It writes the results it has, and releases everything it
+still holds: the run is claimable again at once (same run id, so the same
+``webhook-id``), its attempt recorded ``interrupted`` and not counted against
+``max_attempts``. A shutdown never waits for a delivery's full timeout.
 """
 
 from __future__ import annotations
@@ -125,9 +128,11 @@ class Worker:
         name: str | None = None,
         allow_private: bool | None = None,
         poll_interval: float = POLL_INTERVAL,
+        drain_seconds: float | None = None,
     ) -> None:
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
+        self.drain_seconds = lease_seconds if drain_seconds is None else drain_seconds
         self.registration = fleet.Registration("worker", name)
         self.name = self.registration.name
         self.allow_private = (
@@ -135,7 +140,10 @@ class Worker:
         )
         self.poll_interval = poll_interval
         self.rng = random.Random()
-        self.held: dict[uuid.UUID, _Held] = {}
+        # Keyed by (run_id, attempt): this worker may claim its own run again
+        # (its lease expired while nobody else claimed it), and the two
+        # attempts' tasks, results and leases must not be mistaken for each other.
+        self.held: dict[tuple[uuid.UUID, int], _Held] = {}
         self.in_flight = 0
         self.results: list[outcomes.Result] = []
         self.delivered = 0
@@ -144,6 +152,7 @@ class Worker:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="punctual-db")
         # Both made by run() or run_once() on the event loop, before any delivery.
         self._wake: asyncio.Event | None = None
+        self._stopped: asyncio.Event | None = None
         self._session: aiohttp.ClientSession | None = None
 
     # -- the database thread ------------------------------------------------
@@ -241,13 +250,30 @@ class Worker:
                 log.warning("claim failed: database unavailable", extra={"error": str(exc)})
                 await self._sleep(DB_RETRY_EVERY)
                 continue
+            except Exception:
+                # A bad row must not stop the worker: log, back off, go on.
+                log.exception("claim failed")
+                await self._sleep(DB_RETRY_EVERY)
+                continue
             for c in claimed:
-                self.in_flight += 1
-                held = _Held(c)
-                self.held[c.run_id] = held
-                held.task = asyncio.create_task(self._deliver(c))
+                self._take(c)
             if len(claimed) < limit:
                 await self._sleep(self.poll_interval)
+
+    def _take(self, c: leases.Claimed) -> None:
+        """Start delivering a claimed run.
+
+        A run this worker already held at the previous attempt was taken over
+        by its own claim (the lease expired first): that older attempt is
+        stale, its result would be dropped, so its delivery is cancelled.
+        """
+        older = self.held.pop((c.run_id, c.attempt - 1), None)
+        if older is not None and older.task and not older.task.done():
+            older.task.cancel()
+        self.in_flight += 1
+        held = _Held(c)
+        self.held[(c.run_id, c.attempt)] = held
+        held.task = asyncio.create_task(self._deliver(c))
 
     async def _sleep(self, seconds: float) -> None:
         assert self._wake is not None  # set by run() before the loops start
@@ -262,17 +288,22 @@ class Worker:
             return 0
         batch, self.results = self.results, []
         try:
+            # One transaction: the results, the failure streaks and any
+            # automatic pause (runs/outcomes.py) commit or roll back together.
             done = await self._db(outcomes.complete, self.name, batch)
-        except DatabaseError as exc:
-            log.warning("complete failed: database unavailable", extra={"error": str(exc)})
+        except Exception as exc:
+            # Keep the results and try again: a database error (or a bad row)
+            # must neither kill the worker nor lose a result or a pause.
+            if isinstance(exc, DatabaseError):
+                log.warning("complete failed: database unavailable", extra={"error": str(exc)})
+            else:
+                log.exception("complete failed")
             self.results = batch + self.results
             await asyncio.sleep(DB_RETRY_EVERY)
             return 0
         for r in batch:
-            self.held.pop(r.run_id, None)
+            self.held.pop((r.run_id, r.attempt), None)
         self.delivered += len(done.applied)
-        if done.pauses:
-            await self._db(outcomes.apply_pauses, done.pauses)
         return len(batch)
 
     async def _complete_loop(self) -> None:
@@ -299,16 +330,36 @@ class Worker:
                     )
             except DatabaseError as exc:
                 log.warning("heartbeat failed: database unavailable", extra={"error": str(exc)})
+            except Exception:
+                log.exception("heartbeat failed")
             await asyncio.sleep(tick)
 
+    async def _drain(self) -> None:
+        """After stop(), give the deliveries in flight ``drain_seconds``, then
+        cancel the rest: their runs stay held, and _shutdown releases them."""
+        assert self._stopped is not None  # set by run() before this task starts
+        await self._stopped.wait()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.drain_seconds
+        while self.in_flight and loop.time() < deadline:
+            await asyncio.sleep(min(0.05, max(0.0, deadline - loop.time())))
+        late = [h.task for h in self.held.values() if h.task and not h.task.done()]
+        if late:
+            log.warning(
+                "drain deadline passed: interrupting deliveries",
+                extra={"interrupted": len(late), "drain_seconds": self.drain_seconds},
+            )
+            for task in late:
+                task.cancel()
+
     async def _beat_leases(self) -> None:
-        pairs = [(run_id, h.claimed.attempt) for run_id, h in list(self.held.items())]
+        pairs = list(self.held)
         if not pairs:
             return
         kept = await self._db(leases.heartbeat, self.name, pairs)
         for run_id, attempt in pairs:
-            if run_id not in kept and run_id in self.held:
-                lost = self.held.pop(run_id)
+            if run_id not in kept and (run_id, attempt) in self.held:
+                lost = self.held.pop((run_id, attempt))
                 log.warning(
                     "lease lost",
                     extra={
@@ -324,6 +375,7 @@ class Worker:
 
     async def run(self) -> None:
         self._wake = asyncio.Event()
+        self._stopped = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
@@ -339,7 +391,9 @@ class Worker:
         except DatabaseError:
             pass
         try:
-            await asyncio.gather(self._claim_loop(), self._complete_loop(), self._heartbeat_loop())
+            await asyncio.gather(
+                self._claim_loop(), self._complete_loop(), self._heartbeat_loop(), self._drain()
+            )
         finally:
             await self._shutdown()
 
@@ -347,14 +401,19 @@ class Worker:
         self.stopping.set()
         if self._wake is not None:
             self._wake.set()
+        if self._stopped is not None:
+            self._stopped.set()
 
     async def _shutdown(self) -> None:
-        """Finish in-flight deliveries, write results, release the rest."""
+        """Write the results, release the rest (the drain already ended or
+        cancelled every delivery, unless a loop crashed: cancel them then)."""
         tasks = [h.task for h in self.held.values() if h.task and not h.task.done()]
+        for task in tasks:
+            task.cancel()
         if tasks:
             await asyncio.wait(tasks)
         await self._flush()
-        leftovers = [(run_id, h.claimed.attempt) for run_id, h in self.held.items()]
+        leftovers = list(self.held)
         try:
             if leftovers:
                 n = await self._db(leases.release, self.name, leftovers)
@@ -393,7 +452,6 @@ class Worker:
 
         if claimed:
             asyncio.run(deliver_all())
-        done = outcomes.complete(self.name, self.results)
+        outcomes.complete(self.name, self.results)
         self.results = []
-        outcomes.apply_pauses(done.pauses)
         return len(claimed)

@@ -151,29 +151,58 @@ PULL_SCOPE = (
     " AND deleted_at IS NULL {job})"
 )
 
+# The one lease rule, shared by HEARTBEAT and COMPLETE (runs/outcomes.py): a
+# run belongs to its current (lease_owner, attempt) until another claim takes
+# it over or its attempt deadline passes. An expired lease makes the run
+# claimable; it does not by itself take the run away, so a holder whose lease
+# lapsed (a slow heartbeat, a database blip) may still extend or complete it
+# while nobody has claimed it. ``{attempt}`` names the column holding the
+# caller's attempt number. The race this fences: a takeover counts a new
+# attempt and sets a new owner under the row lock, and the UPDATE that uses
+# this predicate waits for that lock and re-checks the predicate against the
+# committed row, so the previous holder's write matches nothing.
+LEASE_HELD = """
+    r.state = 'running' AND r.lease_owner = %(owner)s AND r.attempt = {attempt}
+    AND r.deadline_at >= %(now)s
+"""
+
 # Worker heartbeat loop and the pull API's heartbeat: one statement for every
-# lease the process holds. Guarded on owner and attempt, so a worker whose run
-# was taken over cannot extend the new holder's lease; never past the
-# deadline, so a wedged worker still loses the run; and an already-expired
-# lease is not revived, because a claimer may be taking it over right now.
-HEARTBEAT = """
+# lease the process holds, fenced by LEASE_HELD. Never past the deadline, so a
+# wedged worker that keeps heartbeating still loses the run.
+HEARTBEAT = (
+    """
     UPDATE runs_run AS r SET lease_until = least(
         %(now)s + make_interval(secs => coalesce(%(lease)s, r.lease_seconds)), r.deadline_at)
     FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS h(id, attempt)
-    WHERE r.id = h.id AND r.attempt = h.attempt
-      AND r.state = 'running' AND r.lease_owner = %(owner)s AND r.lease_until >= %(now)s
+    WHERE r.id = h.id AND"""
+    + LEASE_HELD.format(attempt="h.attempt")
+    + """
     RETURNING r.id, r.lease_until
 """
+)
 
 # Worker shutdown: give runs back, claimable at once, without counting the
-# attempt (max_attempts + 1 offsets the attempt the next claim counts).
-# Guarded on owner and attempt, so a run already taken over is left alone.
+# attempt (max_attempts + 1 offsets the attempt the next claim counts), and
+# record the attempt as ``interrupted`` so the owner sees why it was cut
+# short. Guarded on owner and attempt, so a run already taken over is left
+# alone (and gets no attempt row from this worker).
 RELEASE = """
-    UPDATE runs_run AS r SET state = 'retrying', available_at = %(now)s,
-        max_attempts = r.max_attempts + 1, lease_owner = '', lease_until = NULL
-    FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS h(id, attempt)
-    WHERE r.id = h.id AND r.attempt = h.attempt
-      AND r.state = 'running' AND r.lease_owner = %(owner)s
+    WITH released AS (
+        UPDATE runs_run AS r SET state = 'retrying', available_at = %(now)s,
+            max_attempts = r.max_attempts + 1, lease_owner = '', lease_until = NULL
+        FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS h(id, attempt)
+        WHERE r.id = h.id AND r.attempt = h.attempt
+          AND r.state = 'running' AND r.lease_owner = %(owner)s
+        RETURNING r.id, r.attempt, r.attempt_started_at
+    ), recorded AS (
+        INSERT INTO runs_attempt
+            (run_id, number, worker, started_at, finished_at, outcome, error)
+        SELECT id, attempt, %(owner)s, attempt_started_at, %(now)s, 'interrupted',
+               'interrupted: the worker stopped before the delivery finished'
+        FROM released
+        ON CONFLICT DO NOTHING
+    )
+    SELECT count(*) AS released FROM released
 """
 
 
@@ -257,7 +286,8 @@ def heartbeat(
 
 
 def release(owner: str, held: list[tuple[uuid.UUID, int]], now: dt.datetime | None = None) -> int:
-    """Give runs back at shutdown, claimable at once; the attempt is not counted."""
+    """Give runs back at shutdown, claimable at once; the attempt is not counted
+    and is recorded ``interrupted``. Returns the number of runs released."""
     if not held:
         return 0
     with transaction.atomic(), dict_cursor() as cur:
@@ -270,4 +300,4 @@ def release(owner: str, held: list[tuple[uuid.UUID, int]], now: dt.datetime | No
                 "attempts": [h[1] for h in held],
             },
         )
-        return cur.rowcount
+        return cur.fetchone()["released"]

@@ -244,6 +244,9 @@ class Attempt(models.Model):
         FAILED = "failed", "Failed (retryable)"
         PERMANENT = "permanent", "Failed (permanent)"
         LEASE_EXPIRED = "lease_expired", "Lease expired"
+        # Cut short by a worker's SIGTERM drain deadline; the run was released
+        # and this attempt did not count against max_attempts.
+        INTERRUPTED = "interrupted", "Interrupted (worker stopped)"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveIntegerField()

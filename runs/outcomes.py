@@ -5,8 +5,10 @@
 ``runs/after_attempt.py``) in one transaction, fenced on the lease the
 caller held (``runs/leases.py``): a result whose lease was lost is stale, and
 is dropped and logged. ``fail_exhausted()`` ends the runs whose last attempt's
-lease expired. Both keep the jobs' failure streaks, and report the jobs that
-must pause; ``apply_pauses()`` pauses them through the domain verb.
+lease expired. Both keep the jobs' failure streaks and, in the same
+transaction, pause the jobs that must pause (410 Gone, ``pause_after_failures``
+reached): a pause is never lost to a crash or a database error between the
+completion and the pause, and is never written from a stale copy of the job.
 
 The SQL of this concern is named once, below; each statement says which loop
 runs it and which race its guard prevents.
@@ -22,8 +24,9 @@ from dataclasses import dataclass, field
 from django.db import transaction
 
 from core.db import db_now, dict_cursor
-from runs import job_verbs, stats
+from runs import stats
 from runs.after_attempt import FAILED, SUCCEEDED, pause_after_streak
+from runs.leases import LEASE_HELD
 
 log = logging.getLogger("punctual.leases")
 
@@ -50,7 +53,7 @@ class Result:
 class Completed:
     applied: list[uuid.UUID] = field(default_factory=list)
     stale: list[uuid.UUID] = field(default_factory=list)
-    # (job_id, note) for jobs that must pause themselves (410, failure streak)
+    # (job_id, note) for the jobs this batch paused (410, failure streak)
     pauses: list[tuple[uuid.UUID, str]] = field(default_factory=list)
 
 
@@ -58,12 +61,14 @@ class Completed:
 # SQL
 # ---------------------------------------------------------------------------
 
-# Worker complete loop and the pull API's complete. Guarded on state, owner
-# and attempt: a worker whose lease expired and whose run was taken over must
-# not overwrite the newer attempt (its row no longer matches, so it is
-# reported stale). A retry of a job paused or deleted meanwhile becomes
-# cancelled instead, so a pause that raced the delivery still stops the job.
-COMPLETE = """
+# Worker complete loop and the pull API's complete, fenced by the one lease
+# rule (runs/leases.py LEASE_HELD): a worker whose run was taken over, or whose
+# attempt deadline passed, must not overwrite the newer attempt (its row no
+# longer matches, so it is reported stale). A retry of a job paused or deleted
+# meanwhile becomes cancelled instead, so a pause that raced the delivery still
+# stops the job.
+COMPLETE = (
+    """
     WITH v AS (
         SELECT * FROM unnest(
             %(ids)s::uuid[], %(attempts)s::int[], %(states)s::text[],
@@ -88,10 +93,12 @@ COMPLETE = """
         last_status_code = w.status_code,
         last_error = w.error
     FROM w
-    WHERE r.id = w.id AND r.state = 'running'
-      AND r.lease_owner = %(owner)s AND r.attempt = w.attempt
+    WHERE r.id = w.id AND"""
+    + LEASE_HELD.format(attempt="w.attempt")
+    + """
     RETURNING r.id
 """
+)
 
 # Same transaction as COMPLETE, for the applied results only. The unique
 # (run, number) key turns an attempt recorded twice (a completion retried
@@ -122,6 +129,22 @@ JOB_STREAKS = """
          AS s(id, reset, failures)
     WHERE j.id = s.id AND NOT (s.reset AND j.consecutive_failures = s.failures)
     RETURNING j.id, j.consecutive_failures, j.pause_after_failures, j.state
+"""
+
+# Same transaction as COMPLETE (or FAIL_EXHAUSTED): the automatic pause, the
+# system's own use of the pause verb. One guarded UPDATE: it takes each job's
+# row lock (JOB_STREAKS usually holds it already) and PostgreSQL re-checks
+# ``state = 'active' AND deleted_at IS NULL`` on the latest committed row, so
+# a job the owner paused, or deleted since the worker read it stays as
+# the owner left it. It writes the pause columns only and bumps ``version``
+# in SQL: a full-row save of a copy read earlier is how an owner's PATCH,
+# committed between that read and the pause, was reverted.
+AUTO_PAUSE = """
+    UPDATE jobs_job AS j SET state = 'paused', paused_at = %(now)s, pause_note = p.note,
+        resume_at = NULL, next_fire_at = NULL, version = j.version + 1, updated_at = %(now)s
+    FROM unnest(%(ids)s::uuid[], %(notes)s::text[]) AS p(id, note)
+    WHERE j.id = p.id AND j.state = 'active' AND j.deleted_at IS NULL
+    RETURNING j.id, j.owner_id, p.note
 """
 
 # Dispatcher housekeeping: runs whose last allowed attempt lost its lease end
@@ -160,7 +183,7 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
 
     1. Update the runs whose lease this owner still holds; the rest are stale.
     2. Record an Attempt row for each applied result.
-    3. Update the jobs' failure streaks, and list the jobs that must pause
+    3. Update the jobs' failure streaks, and pause the jobs that must pause
        (``pause_note`` set, or ``pause_after_failures`` reached).
     4. Add the applied attempts to the delivery counters behind /metrics (one
        upsert, in this transaction, so they count exactly what committed).
@@ -190,7 +213,7 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
         done.applied = [r.run_id for r in results if r.run_id in applied]
         done.stale = [r.run_id for r in results if r.run_id not in applied]
         _insert_attempts(owner, [by_id[i] for i in done.applied], now)
-        done.pauses = _update_streaks([by_id[i] for i in done.applied])
+        done.pauses = _pause(_update_streaks([by_id[i] for i in done.applied]), now)
         # Last in the transaction: the counter rows are shared by the workers
         # of one shard, so their row locks are held only until the commit.
         stats.record_deliveries([by_id[i] for i in done.applied])
@@ -282,17 +305,43 @@ def fail_exhausted(now: dt.datetime | None = None) -> int:
             Result(run_id=row["id"], job_id=row["job_id"], attempt=row["attempt"], state=FAILED)
             for row in rows
         ]
-        pauses = _update_streaks(failed)
-    apply_pauses(pauses)
+        _pause(_update_streaks(failed), now or db_now())
     return len(rows)
 
 
-def apply_pauses(pauses: list[tuple[uuid.UUID, str]]) -> None:
-    """Pause jobs that asked for it (410 Gone, failure streak), via the domain verb."""
-    from jobs.models import Channel, Job
+def _pause(pauses: list[tuple[uuid.UUID, str]], now: dt.datetime) -> list[tuple[uuid.UUID, str]]:
+    """Pause jobs that asked for it (410 Gone, failure streak), inside the
+    caller's transaction; returns the jobs paused.
 
+    1. Pause the jobs still active and not deleted (AUTO_PAUSE, guarded).
+    2. Cancel their waiting runs, as the pause verb does.
+    3. Record a ``paused`` event for each, through the system channel.
+    """
+    from jobs.models import Channel, JobEvent
+    from runs.models import Run
+
+    notes: dict[uuid.UUID, str] = {}
     for job_id, note in pauses:
-        job = Job.objects.live().filter(pk=job_id, state="active").first()
-        if job is not None:
-            job_verbs.pause(job, note=note, channel=Channel.SYSTEM)
-            log.warning("job paused automatically", extra={"job_id": str(job_id), "note": note})
+        notes.setdefault(job_id, note)  # the first reason wins
+    if not notes:
+        return []
+    with dict_cursor() as cur:
+        cur.execute(AUTO_PAUSE, {"now": now, "ids": list(notes), "notes": list(notes.values())})
+        rows = cur.fetchall()
+    events = []
+    for row in rows:
+        cancelled = Run.objects.cancel_waiting(job_id=row["id"], reason="paused", now=now)
+        events.append(
+            JobEvent(
+                job_id=row["id"],
+                owner_id=row["owner_id"],
+                channel=Channel.SYSTEM,
+                action="paused",
+                changes={"note": row["note"], "resume_at": None, "cancelled_runs": cancelled},
+            )
+        )
+        log.warning(
+            "job paused automatically", extra={"job_id": str(row["id"]), "note": row["note"]}
+        )
+    JobEvent.objects.bulk_create(events)
+    return [(row["id"], row["note"]) for row in rows]

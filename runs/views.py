@@ -184,7 +184,6 @@ class RunViewSet(ApiViewMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
         done = outcomes.complete(owner, [result], now=now)
         if run.pk not in done.applied:
             raise Conflict(LEASE_LOST)
-        outcomes.apply_pauses(done.pauses)
         run = Run.objects.select_related("job").prefetch_related("attempts").get(pk=run.pk)
         return Response(RunDetailSerializer(run).data)
 

@@ -117,12 +117,44 @@ def test_fail_exhausted_leaves_live_leases_and_runs_with_attempts_left(owner):
     assert list(last.attempts.values_list("number", "outcome")) == [(1, "lease_expired")]
 
 
-def test_an_expired_lease_is_not_revived_by_a_late_heartbeat(owner):
-    run = pending_run(make_job(owner))
+# README "What it guarantees" (fencing): one lease rule for heartbeat and
+# completion. The run is claimed by w1 at T0 with a 5 s lease and a 30 s
+# timeout (deadline T0 + 35 s); each case is the moment w1 answers.
+LEASE_CASES = {
+    "live": (2, True),
+    "expired_not_taken_over": (6, True),
+    "taken_over": (6, False),
+    "deadline_passed": (36, False),
+}
+
+
+@pytest.mark.parametrize("verb", ["heartbeat", "complete"])
+@pytest.mark.parametrize("case", list(LEASE_CASES))
+def test_heartbeat_and_complete_follow_one_lease_rule(owner, case, verb):
+    run = pending_run(make_job(owner, timeout_seconds=30))
     leases.claim("w1", limit=1, lease_seconds=5, now=T0)
-    assert leases.heartbeat("w1", [(run.pk, 1)], now=T0 + 6 * S) == {}
-    [c] = leases.claim("w2", limit=1, lease_seconds=5, now=T0 + 6 * S)
-    assert c.run_id == run.pk
+    seconds, held = LEASE_CASES[case]
+    now = T0 + seconds * S
+    c = None
+    if case == "taken_over":
+        [c] = leases.claim("w2", limit=1, lease_seconds=5, now=now)
+        assert c.attempt == 2
+    if verb == "heartbeat":
+        kept = leases.heartbeat("w1", [(run.pk, 1)], now=now)
+        assert (run.pk in kept) is held
+    else:
+        done = outcomes.complete("w1", [result(run, 1)], now=now)
+        assert (done.applied == [run.pk]) is held
+    run.refresh_from_db()
+    if held and verb == "complete":
+        assert (run.state, run.lease_owner) == ("succeeded", "")
+    elif held:
+        # A revived lease is the holder's again: no claim takes it meanwhile.
+        assert run.lease_until == now + 5 * S
+        assert leases.claim("w2", limit=1, lease_seconds=5, now=now) == []
+    else:
+        assert run.state == "running" and run.lease_owner == ("w2" if c else "w1")
+        assert run.attempt == (2 if c else 1)
 
 
 @pytest.mark.parametrize("policy", ["skip", "queue"])
@@ -161,6 +193,8 @@ def test_release_gives_the_run_back_without_using_an_attempt(owner):
     assert leases.release("w1", [(run.pk, 1)], now=T0 + S) == 1
     [c] = leases.claim("w2", limit=1, lease_seconds=5, now=T0 + S)
     assert (c.attempt, c.max_attempts) == (2, 2)
+    lost = Attempt.objects.get(run=run, number=1)
+    assert (lost.outcome, lost.worker) == ("interrupted", "w1")
 
 
 def test_failure_streak_pauses_the_job_after_pause_after_failures(owner):
@@ -170,7 +204,7 @@ def test_failure_streak_pauses_the_job_after_pause_after_failures(owner):
     done = outcomes.complete(
         "w1", [result(r, 1, "failed", reason="permanent error") for r in runs], now=T0 + 6 * S
     )
-    outcomes.apply_pauses(done.pauses)
+    assert [job_id for job_id, _ in done.pauses] == [job.pk]  # in the same transaction
     job.refresh_from_db()
     assert (job.state, job.consecutive_failures) == ("paused", 2)
     assert "2 consecutive failed runs" in job.pause_note
@@ -181,7 +215,7 @@ def test_gone_pauses_the_job_with_a_note(owner):
     run = pending_run(job)
     leases.claim("w1", limit=1, lease_seconds=5, now=T0)
     done = outcomes.complete("w1", [result(run, 1, "failed", pause_note=GONE_NOTE)], now=T0 + S)
-    outcomes.apply_pauses(done.pauses)
+    assert done.pauses == [(job.pk, GONE_NOTE)]
     job.refresh_from_db()
     assert job.state == "paused" and "410 Gone" in job.pause_note
 

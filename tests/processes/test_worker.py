@@ -249,3 +249,39 @@ def test_one_worker_holds_2000_slow_deliveries_in_flight(owner, processes, recei
     )
     # Its heartbeat kept all 2,000 leases for as long as they were held.
     assert set(runs.values_list("attempt", flat=True)) == {1}
+
+
+def test_sigterm_interrupts_a_delivery_past_the_drain_and_it_is_redelivered_with_the_same_id(
+    owner, processes, receiver
+):
+    # README "Processes and commands": SIGTERM gives the deliveries in flight
+    # --drain-seconds, not their timeout (900 s here), then releases them.
+    job = make_job(owner, url=receiver.url("held"), timeout_seconds=900, max_attempts=3)
+    run = job_verbs.trigger(job)
+    first = processes.manage(
+        "work", "--lease-seconds", "5", "--drain-seconds", "2", "--name", "stopping"
+    )
+    wait_until(lambda: receiver.entries(), timeout=60, message="the held delivery")
+    first.send_signal(signal.SIGTERM)
+    # Generous for a slow machine, yet far below the delivery's 900 s timeout.
+    wait_until(lambda: first.poll() is not None, timeout=60, message="the worker to exit")
+    assert first.returncode == 0
+
+    released = run_state(run.pk)
+    assert (released.state, released.lease_owner, released.attempt) == ("retrying", "", 1)
+    assert released.max_attempts == 4  # the interrupted attempt does not count
+    assert list(released.attempts.values_list("number", "outcome", "worker")) == [
+        (1, "interrupted", "stopping")
+    ]
+
+    receiver.release()
+    processes.manage("work", "--lease-seconds", "5", "--name", "next")
+    wait_until(lambda: finished(run.pk), timeout=60, message="the run to be re-delivered")
+    done = run_state(run.pk)
+    assert (done.state, done.attempt) == ("succeeded", 2)
+    starts = wait_until(lambda: len(e := receiver.entries()) >= 2 and e, message="the log")
+    assert [e["webhook_id"] for e in starts] == [str(run.pk)] * 2
+    assert list(done.attempts.values_list("number", "outcome", "worker")) == [
+        (1, "interrupted", "stopping"),
+        (2, "succeeded", "next"),
+    ]

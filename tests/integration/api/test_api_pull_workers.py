@@ -176,3 +176,39 @@ def test_another_owner_s_worker_cannot_heartbeat_or_complete(api, other_api, own
         assert answer.status_code == 404
     run.refresh_from_db()
     assert (run.state, run.attempt) == ("running", 1)
+
+
+def _lease_case(run_id, case, api):
+    """Put w1's lease on ``run_id`` into one of the states of the lease rule."""
+    past = db_now() - dt.timedelta(seconds=1)
+    if case == "expired_not_taken_over":
+        Run.objects.filter(pk=run_id).update(lease_until=past)
+    elif case == "taken_over":
+        Run.objects.filter(pk=run_id).update(lease_until=past)
+        [again] = claim(api, worker="w2")
+        assert again["attempt"] == 2
+    elif case == "deadline_passed":
+        Run.objects.filter(pk=run_id).update(lease_until=past, deadline_at=past)
+
+
+@pytest.mark.parametrize("verb", ["heartbeat", "complete"])
+@pytest.mark.parametrize(
+    "case,held",
+    [
+        ("live", True),
+        ("expired_not_taken_over", True),
+        ("taken_over", False),
+        ("deadline_passed", False),
+    ],
+)
+def test_heartbeat_and_complete_answer_by_one_lease_rule(api, owner, case, held, verb):
+    # README "Pull workers": an expired lease nobody took over is still the
+    # holder's; a takeover or the attempt deadline ends it (409).
+    run = job_verbs.trigger(pull_job(owner))
+    claim(api, worker="w1", lease_seconds=30)
+    _lease_case(run.pk, case, api)
+    body = {"attempt": 1, "worker": "w1"}
+    if verb == "complete":
+        body["status"] = "succeeded"
+    answer = api.post(f"/api/v1/runs/{run.pk}/{verb}/", body, format="json")
+    assert answer.status_code == (200 if held else 409), answer.json()

@@ -1,0 +1,239 @@
+"""The worker's bookkeeping of the leases it holds (dispatch/worker.py), driven
+in-process: its database calls run on the test's own connection."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import threading
+
+import pytest
+from django.db import connection, connections
+from django.db.models import F
+
+from core.db import db_now
+from dispatch import worker as worker_module
+from dispatch.worker import Worker
+from jobs.models import Job
+from runs import job_verbs, outcomes
+from runs.after_attempt import GONE_NOTE
+from runs.models import Run
+from tests.factories import make_job
+from tests.polling import wait_until
+
+# Committed data: inside the event loop Django hands out its own connection.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _sql_inside_the_event_loop(monkeypatch):
+    # The worker's database thread is replaced by inline calls, made from
+    # inside the event loop.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+def run_in_loop(scenario) -> None:
+    async def main():
+        try:
+            await scenario()
+        finally:
+            connections.close_all()  # the event loop's own connection
+
+    asyncio.run(main())
+
+
+def in_process_worker(name: str = "w1", lease_seconds: int = 5) -> Worker:
+    """A worker whose database calls run inline and whose deliveries hang
+    until cancelled, so a test decides when each attempt ends."""
+    worker = Worker(name=name, lease_seconds=lease_seconds, concurrency=10)
+
+    async def inline_db(fn, *args, **kwargs):
+        return fn(*args, **kwargs)
+
+    async def hang(claimed):
+        try:
+            await asyncio.Event().wait()
+        finally:
+            worker.in_flight -= 1
+
+    async def stop_after_one_claim(seconds):
+        worker.stop()
+
+    worker._db = inline_db
+    worker._deliver = hang
+    worker._sleep = stop_after_one_claim
+    return worker
+
+
+async def claim_once(worker: Worker) -> None:
+    worker.stopping.clear()
+    await worker._claim_loop()
+
+
+def expire_lease(run_id) -> None:
+    Run.objects.filter(pk=run_id).update(lease_until=db_now() - dt.timedelta(seconds=1))
+
+
+def test_a_worker_that_reclaims_its_own_run_keeps_the_new_attempt_apart(owner):
+    run = job_verbs.trigger(make_job(owner, timeout_seconds=60))
+    worker = in_process_worker()
+
+    async def scenario():
+        worker._wake = asyncio.Event()
+        await claim_once(worker)
+        [first] = [h.task for h in worker.held.values()]
+        # Its heartbeat did not get through in time, and nobody else claimed
+        # the run: this worker's own claim loop takes it over at attempt 2.
+        expire_lease(run.pk)
+        await claim_once(worker)
+        assert Run.objects.get(pk=run.pk).attempt == 2
+        await asyncio.sleep(0)
+        assert first.cancelled(), "the stale attempt's delivery goes on"
+        # The stale attempt's result reaches the complete loop: it is dropped,
+        # and must not make the worker forget the attempt it now holds.
+        worker.results.append(
+            outcomes.Result(run_id=run.pk, job_id=run.job_id, attempt=1, state="succeeded")
+        )
+        await worker._flush()
+        expire_lease(run.pk)
+        await worker._beat_leases()
+        for held in worker.held.values():
+            held.task.cancel()
+
+    run_in_loop(scenario)
+    run.refresh_from_db()
+    assert (run.state, run.lease_owner, run.attempt) == ("running", "w1", 2)
+    assert run.lease_until > db_now(), "attempt 2's lease is no longer extended"
+
+
+def gone(run, attempt: int = 1) -> outcomes.Result:
+    """A 410 Gone answer, as the worker decides it: the run fails, the job pauses."""
+    return outcomes.Result(
+        run_id=run.pk,
+        job_id=run.job_id,
+        attempt=attempt,
+        state="failed",
+        status_code=410,
+        reason="permanent error",
+        attempt_outcome="permanent",
+        pause_note=GONE_NOTE,
+    )
+
+
+def owner_patch(job_id, url: str, started: threading.Event, pid: list) -> None:
+    """An owner's PATCH from its own connection: writes its column, bumps version."""
+    try:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            pid.append(cur.fetchone()[0])
+            started.set()
+        Job.objects.filter(pk=job_id).update(url=url, version=F("version") + 1)
+    finally:
+        connection.close()
+
+
+def test_an_owner_patch_racing_the_auto_pause_is_not_reverted(owner):
+    job = make_job(owner, timeout_seconds=60)
+    run = job_verbs.trigger(job)
+    version = Job.objects.get(pk=job.pk).version
+    worker = in_process_worker()
+    patched = "http://127.0.0.1:9/patched"
+    pid: list[int] = []
+    started = threading.Event()
+    patch = threading.Thread(target=owner_patch, args=(job.pk, patched, started, pid))
+
+    def patch_before_pausing(execute, sql, params, many, context):
+        # Just before the worker writes the pause, the owner's PATCH runs: it
+        # either commits first or waits for the worker's lock on the job row.
+        pausing = sql.lstrip().upper().startswith("UPDATE") and "jobs_job" in sql
+        if pausing and ("paused" in sql or "paused" in [str(p) for p in params or ()]):
+            if not patch.is_alive() and not started.is_set():
+                patch.start()
+                started.wait(10)
+                wait_until(
+                    lambda: not patch.is_alive() or waits_for_a_lock(pid[0]),
+                    message="the owner's PATCH to commit or wait for the row lock",
+                )
+        return execute(sql, params, many, context)
+
+    async def scenario():
+        worker._wake = asyncio.Event()
+        await claim_once(worker)
+        worker.results.append(gone(run))
+        with connection.execute_wrapper(patch_before_pausing):
+            await worker._flush()
+        for held in worker.held.values():
+            held.task.cancel()
+
+    run_in_loop(scenario)
+    patch.join(30)
+    job.refresh_from_db()
+    assert (job.state, job.url) == ("paused", patched)
+    assert job.version == version + 2  # one bump each: nothing was overwritten
+    assert GONE_NOTE in job.pause_note
+
+
+def waits_for_a_lock(pid: int) -> bool:
+    with connections["default"].cursor() as cur:
+        cur.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
+        row = cur.fetchone()
+    return bool(row) and row[0] == "Lock"
+
+
+FAULT_ONCE = """
+    CREATE SEQUENCE test_pause_fault_seq;
+    CREATE FUNCTION test_pause_fault() RETURNS trigger AS $$
+    BEGIN
+        -- nextval is not rolled back: the fault fires on the first pause only.
+        IF NEW.state = 'paused' AND OLD.state = 'active'
+           AND nextval('test_pause_fault_seq') = 1 THEN
+            RAISE EXCEPTION 'injected fault while pausing';
+        END IF;
+        RETURN NEW;
+    END $$ LANGUAGE plpgsql;
+    CREATE TRIGGER test_pause_fault BEFORE UPDATE ON jobs_job
+        FOR EACH ROW EXECUTE FUNCTION test_pause_fault();
+"""
+
+
+@pytest.fixture
+def pause_fails_once():
+    with connection.cursor() as cur:
+        cur.execute(FAULT_ONCE)
+    yield
+    with connection.cursor() as cur:
+        cur.execute(
+            "DROP TRIGGER test_pause_fault ON jobs_job; DROP FUNCTION test_pause_fault();"
+            " DROP SEQUENCE test_pause_fault_seq;"
+        )
+
+
+def test_a_database_error_while_auto_pausing_neither_kills_the_worker_nor_loses_the_pause(
+    owner, pause_fails_once, monkeypatch
+):
+    monkeypatch.setattr(worker_module, "DB_RETRY_EVERY", 0.05)
+    job = make_job(owner, timeout_seconds=60)
+    run = job_verbs.trigger(job)
+    worker = in_process_worker()
+
+    async def scenario():
+        worker._wake = asyncio.Event()
+        await claim_once(worker)
+        worker.stopping.clear()
+        worker.in_flight = 1  # keeps the complete loop going until the test ends
+        loop = asyncio.create_task(worker._complete_loop())
+        worker.results.append(gone(run))
+        deadline = asyncio.get_running_loop().time() + 30
+        while Job.objects.get(pk=job.pk).state != "paused":
+            assert not loop.done(), "the complete loop died"
+            assert asyncio.get_running_loop().time() < deadline, "the job was never paused"
+            await asyncio.sleep(0.02)
+        assert not loop.done()
+        loop.cancel()
+        for held in worker.held.values():
+            held.task.cancel()
+
+    run_in_loop(scenario)
+    run.refresh_from_db()
+    assert (run.state, run.last_status_code) == ("failed", 410)
+    assert list(run.attempts.values_list("number", "outcome")) == [(1, "permanent")]
