@@ -7,7 +7,7 @@
    commonest case (an interval job with one due fire within grace, and
    nothing for the overlap rule to decide) is inserted and advanced in one
    SQL statement first; the rest take the planned path below.
-2. Read how many runs each is already running or waiting (overlap policy).
+2. Read how many runs each has running and waiting (overlap policy).
 3. Plan each job's fires up to the database's ``now()`` (dispatch/planning.py:
    misfire and overlap policies, pure).
 4. Insert the runs with ``ON CONFLICT DO NOTHING`` and advance ``next_fire_at``
@@ -113,7 +113,7 @@ class Dispatcher:
             runs, advances, unreadable = [], [], []
             for job in due:
                 try:
-                    plan = plan_job(job, now, active.get(job.id, 0))
+                    plan = plan_job(job, now, *active.get(job.id, (0, 0)))
                 except Exception as exc:
                     # One bad row (a zone this host's tzdata lacks, a cron
                     # that cannot be parsed) must not stop every other job:

@@ -93,13 +93,31 @@ def test_overlap_skip_records_a_fire_while_a_run_is_active(owner):
     assert [(r.state, r.reason) for r in runs_of(job)] == [("pending", ""), ("skipped", "overlap")]
 
 
-def test_overlap_queue_keeps_one_fire_waiting_behind_the_active_run(owner):
+def test_overlap_queue_keeps_one_fire_waiting_behind_the_running_run(owner):
     job = due_at(make_job(owner, interval_seconds=60, overlap_policy="queue"), T0)
-    for k in range(3):
+    Dispatcher().tick(now=T0 + S)
+    Run.objects.filter(job=job).update(state="running", attempt=1)  # a worker claimed it
+    for k in (1, 2):
         Dispatcher().tick(now=T0 + (1 + 60 * k) * S)
-    assert [r.state for r in runs_of(job)] == ["pending", "pending", "skipped"]
+    assert [r.state for r in runs_of(job)] == ["running", "pending", "skipped"]
     job.refresh_from_db()
     assert job.next_fire_at == T0 + 180 * S
+
+
+@pytest.mark.parametrize("first", ["pending", "retrying"])
+def test_overlap_queue_never_keeps_two_runs_waiting(owner, first):
+    """Nothing running and one run waiting (for a worker, or for its retry):
+    the next fire is skipped, not queued as a second waiting run."""
+    job = due_at(make_job(owner, interval_seconds=60, overlap_policy="queue"), T0)
+    Dispatcher().tick(now=T0 + S)
+    Run.objects.filter(job=job).update(state=first)
+    for k in (1, 2):
+        Dispatcher().tick(now=T0 + (1 + 60 * k) * S)
+    assert [(r.state, r.reason) for r in runs_of(job)] == [
+        (first, ""),
+        ("skipped", "overlap"),
+        ("skipped", "overlap"),
+    ]
 
 
 def test_overlap_allow_runs_side_by_side(owner):
