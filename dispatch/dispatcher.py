@@ -7,7 +7,7 @@
    commonest case (an interval job with one due fire within grace, and
    nothing for the overlap rule to decide) is inserted and advanced in one
    SQL statement first; the rest take the planned path below.
-2. Read how many runs each is already running or waiting (overlap policy).
+2. Read how many runs each has running and waiting (overlap policy).
 3. Plan each job's fires up to the database's ``now()`` (dispatch/planning.py:
    misfire and overlap policies, pure).
 4. Insert the runs with ``ON CONFLICT DO NOTHING`` and advance ``next_fire_at``
@@ -30,7 +30,14 @@ import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connection, transaction
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 
 from dispatch import fleet, queries
 from dispatch.planning import PENDING, plan_job
@@ -49,6 +56,9 @@ LAG_SAMPLE_EVERY = 10.0
 HOUSEKEEPING_EVERY = 5.0
 PRUNE_BATCH = 1000
 PRUNE_BUDGET = 0.5
+# A round that fails for another reason than the database being away waits
+# 1 s, 2 s, 4 s ... up to this, until a round succeeds again.
+MAX_BACKOFF = 30.0
 
 
 @dataclass
@@ -100,9 +110,18 @@ class Dispatcher:
                 return fast
             exclusive_ids = [j.id for j in due if j.overlap_policy != "allow"]
             active = queries.active_counts(exclusive_ids)
-            runs, advances = [], []
+            runs, advances, unreadable = [], [], []
             for job in due:
-                plan = plan_job(job, now, active.get(job.id, 0))
+                try:
+                    plan = plan_job(job, now, *active.get(job.id, (0, 0)))
+                except Exception as exc:
+                    # One bad row (a zone this host's tzdata lacks, a cron
+                    # that cannot be parsed) must not stop every other job:
+                    # it is paused below, in this transaction, and the rest
+                    # of the batch commits.
+                    log.exception("schedule cannot be read", extra={"job_id": str(job.id)})
+                    unreadable.append((job.id, str(exc) or type(exc).__name__))
+                    continue
                 offset = dt.timedelta(seconds=jitter_offset(job.id, job.jitter_seconds))
                 for r in plan.runs:
                     waiting = r.state == PENDING
@@ -127,6 +146,8 @@ class Dispatcher:
                         extra={"job_id": str(job.id), "uncounted": plan.missed_uncounted},
                     )
             created = queries.insert_runs_and_advance(now, runs, advances)
+            for job_id, problem in unreadable:
+                job_verbs.pause_unreadable(job_id, problem=problem)
         if created.get("missed") or created.get("skipped"):
             log.info("fires not run", extra={"now": now.isoformat(), **created})
         for state, n in fast.created.items():
@@ -170,7 +191,12 @@ class Dispatcher:
 
         now = queries.db_now()
         for job in Job.objects.live().filter(state=JobState.PAUSED, resume_at__lte=now)[:100]:
-            job_verbs.resume(job, channel=Channel.SYSTEM)
+            try:
+                job_verbs.resume(job, channel=Channel.SYSTEM)
+            except Exception:
+                # Its schedule cannot be read: it stays paused, and the others resume.
+                log.exception("auto-resume failed", extra={"job_id": str(job.pk)})
+                continue
             log.info("auto-resumed", extra={"job_id": str(job.pk)})
 
     def _reap_and_prune(self) -> None:
@@ -197,18 +223,27 @@ class Dispatcher:
         """Loop until SIGTERM/SIGINT; survive the database going away."""
         self.install_signal_handlers()
         log.info("dispatcher started", extra={"dispatcher": self.registration.name})
+        failures = 0
         while not self.stopping.is_set():
             try:
                 self.run_once()
                 wait = self.seconds_until_next_fire()
-            except DatabaseError as exc:
-                # The database restarted or is unreachable: drop the broken
-                # connection and try again shortly. Nothing is lost: a tick
-                # that did not commit changed nothing.
-                log.warning("database unavailable, retrying", extra={"error": str(exc)})
+                failures = 0
+            except Exception as exc:
+                # Nothing is lost: a tick that did not commit changed nothing.
+                # The database restarted or is unreachable: retry shortly.
+                # Anything else is a bug or a row the code did not expect:
+                # log it with its traceback and back off, so one failure
+                # neither kills the process nor floods the log.
+                if _database_unreachable(exc):
+                    log.warning("database unavailable, retrying", extra={"error": str(exc)})
+                    wait = MAX_SLEEP
+                else:
+                    failures += 1
+                    wait = min(MAX_BACKOFF, MAX_SLEEP * 2 ** (failures - 1))
+                    log.exception("dispatch round failed", extra={"retry_in": wait})
                 close_old_connections()
                 connection.close()
-                wait = MAX_SLEEP
             self.stopping.wait(wait)
         try:
             self.registration.leave()
@@ -222,3 +257,13 @@ class Dispatcher:
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+
+
+def _database_unreachable(exc: Exception) -> bool:
+    """Was ``exc`` the database going away, rather than a failing statement?"""
+    if not isinstance(exc, (OperationalError, InterfaceError)):
+        return False
+    try:
+        return connection.connection is None or not connection.is_usable()
+    except Exception:
+        return True

@@ -1,7 +1,7 @@
 """Pure dispatch decisions: which fires of a due job become which runs.
 
 No database and no clock here: the dispatcher passes the job's row, the
-database's ``now`` and how many runs of the job are active, and gets back the
+database's ``now`` and how many runs of the job are running and waiting, and gets back the
 rows to insert and the job's next fire. ``tests/unit/test_planning.py`` pins the
 misfire and overlap rules of README "Design choices" case by case.
 """
@@ -74,19 +74,23 @@ class Plan:
         return sum(1 for r in self.runs if r.state == state)
 
 
-# How many runs of a job may be active before overlap skips a new fire: under
-# ``skip`` the one active run; under ``queue`` the active run and one waiting
-# behind it. ``allow`` has no limit.
-OVERLAP_LIMITS = {"skip": 1, "queue": 2}
+def overlap_skips(policy: str, running: int, waiting: int) -> bool:
+    """The overlap rule (README "Design choices"): is a fire skipped, given the
+    job's runs ``running`` and ``waiting`` (pending or retrying)?
 
+    - ``skip``: while any run of the job is running or waiting;
+    - ``queue``: while a run is already waiting (at most one waits, whether
+      behind a running run or for a worker);
+    - ``allow``: never.
 
-def overlap_skips(policy: str, active_runs: int) -> bool:
-    """The overlap rule (README "Design choices"): is a fire skipped, given the job's
-    active runs? The only statement of it: the dispatcher's SQL fast path
+    The only statement of it: the dispatcher's SQL fast path
     (dispatch/queries.py, NOTHING_FOR_OVERLAP_TO_DECIDE) takes only jobs for
-    which this is False whatever the policy (``allow``, or no active run)."""
-    limit = OVERLAP_LIMITS.get(policy)
-    return limit is not None and active_runs >= limit
+    which this is False, and must be kept in step with it."""
+    if policy == "skip":
+        return running + waiting > 0
+    if policy == "queue":
+        return waiting > 0
+    return False
 
 
 def _due_fires(job: DueJob, now: dt.datetime) -> tuple[list[dt.datetime], int, dt.datetime | None]:
@@ -120,7 +124,7 @@ def _due_fires(job: DueJob, now: dt.datetime) -> tuple[list[dt.datetime], int, d
     return list(tail), seen - len(tail), upcoming
 
 
-def plan_job(job: DueJob, now: dt.datetime, active_runs: int) -> Plan:
+def plan_job(job: DueJob, now: dt.datetime, running: int = 0, waiting: int = 0) -> Plan:
     """Decide the runs for one due job.
 
     1. List the due fires (scheduled_at <= now) from next_fire_at.
@@ -129,11 +133,12 @@ def plan_job(job: DueJob, now: dt.datetime, active_runs: int) -> Plan:
     3. Misfire policy: ``skip`` records misfires as ``missed``; ``catch_up`` runs
        the most recent ``max_catchup`` of them (kind ``catch_up``) and records
        older ones as ``missed``. Missed rows are capped at MAX_MISSED_ROWS.
-    4. Overlap policy over the runnable fires, given the runs already active:
-       ``skip`` records a fire as ``skipped`` while a run is active; ``queue``
-       keeps at most one waiting behind the active one; ``allow`` runs all.
-       Catch-up runs are exempt: the owner asked for them, and the claim query
-       still runs them one at a time, oldest first, under skip/queue.
+    4. Overlap policy over the runnable fires, given the job's runs already
+       ``running`` and ``waiting`` (overlap_skips): ``skip`` records a fire as
+       ``skipped`` while a run is running or waiting; ``queue`` keeps at most
+       one run waiting; ``allow`` runs all. Each fire planned pending waits
+       for the next. Catch-up runs are exempt: the owner asked for them, and
+       the claim query still runs them one at a time, oldest first.
     5. Advance next_fire_at to the first fire after now.
     """
     fires, dropped, upcoming = _due_fires(job, now)
@@ -153,14 +158,13 @@ def plan_job(job: DueJob, now: dt.datetime, active_runs: int) -> Plan:
     plan.missed_uncounted = dropped + len(misfires) - len(recorded)
     plan.runs.extend(PlannedRun(f, SCHEDULED, MISSED, reason) for f in recorded)
 
-    active = active_runs
     for fire in catch_up:
         plan.runs.append(PlannedRun(fire, CATCH_UP, PENDING))
-        active += 1
+        waiting += 1
     for fire in on_time:
-        if overlap_skips(job.overlap_policy, active):
+        if overlap_skips(job.overlap_policy, running, waiting):
             plan.runs.append(PlannedRun(fire, SCHEDULED, SKIPPED, "overlap"))
         else:
             plan.runs.append(PlannedRun(fire, SCHEDULED, PENDING))
-            active += 1
+            waiting += 1
     return plan

@@ -38,10 +38,14 @@ LOCK_DUE_JOBS = f"""
 SHARD_FILTER = "AND mod(hashtext(id::text) & 2147483647, %(shards)s) = %(shard)s"
 
 # Dispatcher tick, planned path: the runs each exclusive job already has
-# active, the input of the overlap rule (uses run_active_idx). Read after the
-# jobs are locked, so no other dispatcher adds a fire of these jobs meanwhile.
+# running and waiting, the input of the overlap rule (uses run_active_idx).
+# Read after the jobs are locked, so no other dispatcher adds a fire of these
+# jobs meanwhile.
 ACTIVE_COUNTS = """
-    SELECT job_id, count(*) AS active FROM runs_run
+    SELECT job_id,
+           count(*) FILTER (WHERE state = 'running') AS running,
+           count(*) FILTER (WHERE state <> 'running') AS waiting
+    FROM runs_run
     WHERE job_id = ANY(%(ids)s::uuid[]) AND state IN ('pending', 'running', 'retrying')
     GROUP BY job_id
 """
@@ -78,14 +82,16 @@ INSERT_RUNS_AND_ADVANCE = """
 """
 
 # The fast path's share of the overlap rule. The rule itself is stated once,
-# in dispatch/planning.py (overlap_skips): a fire is never skipped while its
-# job has no active run, nor under overlap ``allow``. So the fast path takes
-# only such jobs, where every fire is pending whatever the policy; a job with
-# an active run under skip/queue stays due, and the planned path decides it.
+# in dispatch/planning.py (overlap_skips): ``skip`` skips a fire while the job
+# has a run running or waiting, ``queue`` while it has one waiting (pending or
+# retrying), ``allow`` never. The fast path takes one fire per job, so it takes
+# only the jobs where that one fire is pending: the others stay due, and the
+# planned path decides them.
 NOTHING_FOR_OVERLAP_TO_DECIDE = """
     (overlap_policy = 'allow' OR NOT EXISTS (
         SELECT 1 FROM runs_run AS a
-        WHERE a.job_id = jobs_job.id AND a.state IN ('pending', 'running', 'retrying')))
+        WHERE a.job_id = jobs_job.id AND a.state IN ('pending', 'running', 'retrying')
+          AND (a.state <> 'running' OR jobs_job.overlap_policy = 'skip')))
 """
 
 # Dispatcher tick, fast path, entirely in SQL, for the commonest due job: an
@@ -174,13 +180,14 @@ def dispatch_simple_intervals(
     return row["jobs"], ({"pending": row["runs"]} if row["runs"] else {})
 
 
-def active_counts(job_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
-    """Runs pending, running or retrying per job (uses run_active_idx)."""
+def active_counts(job_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[int, int]]:
+    """(running, waiting) runs per job; waiting is pending or retrying
+    (uses run_active_idx). Jobs with neither are left out."""
     if not job_ids:
         return {}
     with dict_cursor() as cur:
         cur.execute(ACTIVE_COUNTS, {"ids": list(job_ids)})
-        return {row["job_id"]: row["active"] for row in cur.fetchall()}
+        return {row["job_id"]: (row["running"], row["waiting"]) for row in cur.fetchall()}
 
 
 def insert_runs_and_advance(

@@ -15,6 +15,7 @@ import datetime as dt
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 
 from core.db import db_now
 from jobs.models import Channel, Job, JobState, OverlapPolicy
@@ -155,3 +156,39 @@ def soft_delete(job: Job, *, actor=None, channel: str = Channel.API) -> int:
     cancelled = Run.objects.cancel_waiting(job_id=job.pk, reason="deleted", now=now)
     job.record_event("deleted", actor=actor, channel=channel, changes={"cancelled_runs": cancelled})
     return cancelled
+
+
+@transaction.atomic
+def pause_unreadable(job_id, *, problem: str) -> bool:
+    """Pause an active job whose schedule cannot be read (a time zone this
+    host's tzdata lacks, a cron written around the API's checks), so that one
+    bad row never stops the dispatcher. Returns whether the job was paused.
+
+    The row is locked and its state re-checked first, so an owner's pause or
+    delete that committed meanwhile is kept, not overwritten.
+    """
+    now = db_now()
+    note = f"paused by the system: its schedule cannot be read: {problem}"
+    note = note[: Job._meta.get_field("pause_note").max_length]
+    paused = (
+        Job.objects.filter(pk=job_id, state=JobState.ACTIVE, deleted_at__isnull=True)
+        .select_for_update()
+        .first()
+    )
+    if paused is None:
+        return False
+    Job.objects.filter(pk=job_id).update(
+        state=JobState.PAUSED,
+        pause_note=note,
+        paused_at=now,
+        resume_at=None,
+        next_fire_at=None,
+        version=F("version") + 1,
+    )
+    cancelled = Run.objects.cancel_waiting(job_id=job_id, reason="paused", now=now)
+    paused.record_event(
+        "paused",
+        channel=Channel.SYSTEM,
+        changes={"note": note, "resume_at": None, "cancelled_runs": cancelled},
+    )
+    return True

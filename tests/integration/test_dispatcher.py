@@ -93,13 +93,31 @@ def test_overlap_skip_records_a_fire_while_a_run_is_active(owner):
     assert [(r.state, r.reason) for r in runs_of(job)] == [("pending", ""), ("skipped", "overlap")]
 
 
-def test_overlap_queue_keeps_one_fire_waiting_behind_the_active_run(owner):
+def test_overlap_queue_keeps_one_fire_waiting_behind_the_running_run(owner):
     job = due_at(make_job(owner, interval_seconds=60, overlap_policy="queue"), T0)
-    for k in range(3):
+    Dispatcher().tick(now=T0 + S)
+    Run.objects.filter(job=job).update(state="running", attempt=1)  # a worker claimed it
+    for k in (1, 2):
         Dispatcher().tick(now=T0 + (1 + 60 * k) * S)
-    assert [r.state for r in runs_of(job)] == ["pending", "pending", "skipped"]
+    assert [r.state for r in runs_of(job)] == ["running", "pending", "skipped"]
     job.refresh_from_db()
     assert job.next_fire_at == T0 + 180 * S
+
+
+@pytest.mark.parametrize("first", ["pending", "retrying"])
+def test_overlap_queue_never_keeps_two_runs_waiting(owner, first):
+    """Nothing running and one run waiting (for a worker, or for its retry):
+    the next fire is skipped, not queued as a second waiting run."""
+    job = due_at(make_job(owner, interval_seconds=60, overlap_policy="queue"), T0)
+    Dispatcher().tick(now=T0 + S)
+    Run.objects.filter(job=job).update(state=first)
+    for k in (1, 2):
+        Dispatcher().tick(now=T0 + (1 + 60 * k) * S)
+    assert [(r.state, r.reason) for r in runs_of(job)] == [
+        (first, ""),
+        ("skipped", "overlap"),
+        ("skipped", "overlap"),
+    ]
 
 
 def test_overlap_allow_runs_side_by_side(owner):
@@ -150,3 +168,36 @@ def test_auto_resume_at_resume_at(owner):
     job.refresh_from_db()
     assert job.state == "active" and job.next_fire_at is not None
     assert list(job.events.values_list("action", flat=True))[:2] == ["resumed", "paused"]
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "problem"),
+    [
+        ("timezone", "US/Pacific-New", "time zone: 'US/Pacific-New'"),
+        ("cron", "61 * * * *", "61 * * * *"),
+    ],
+)
+def test_a_job_whose_schedule_cannot_be_read_is_paused_and_the_rest_fire(
+    owner, column, value, problem
+):
+    """Rows written around the API's checks (SQL, an older tzdata) must not
+    stop the batch: the bad job is paused with a note, the others fire."""
+    cron = dict(cron="0 * * * *", interval_seconds=None)
+    good = [make_job(owner, **cron), make_job(owner, **cron), make_job(owner)]
+    bad = make_job(owner, **cron)
+    for job in [*good, bad]:
+        Job.objects.filter(pk=job.pk).update(next_fire_at=T0, created_at=T0, start_at=None)
+    Job.objects.filter(pk=bad.pk).update(**{column: value})
+
+    result = Dispatcher().tick(now=T0 + S)
+
+    assert result.fires == 3
+    assert all([r.scheduled_at for r in runs_of(job)] == [T0] for job in good)
+    assert runs_of(bad) == []
+    bad.refresh_from_db()
+    assert (bad.state, bad.next_fire_at) == ("paused", None)
+    assert bad.pause_note.startswith("paused by the system: its schedule cannot be read: ")
+    assert problem in bad.pause_note
+    event = bad.events.get(action="paused")
+    assert event.channel == "system" and event.changes["note"] == bad.pause_note
+    assert Dispatcher().tick(now=T0 + 2 * S).jobs == 0

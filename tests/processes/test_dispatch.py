@@ -147,3 +147,30 @@ def test_overlap_seen_at_the_receiver(owner, processes, receiver):
         timeout=60,
         message="overlapping deliveries under allow",
     )
+
+
+def test_a_job_whose_schedule_cannot_be_read_does_not_stop_the_dispatcher(owner, processes):
+    """A zone this host's tzdata lacks, set by SQL: that job is paused, the
+    dispatcher keeps running, and every other job keeps firing."""
+    good = [make_job(owner, interval_seconds=1, name=f"good-{k}") for k in range(5)]
+    good.append(make_job(owner, cron="* * * * *", interval_seconds=None, name="good-cron"))
+    bad = make_job(owner, cron="* * * * *", interval_seconds=None, name="bad-zone")
+    Job.objects.filter(pk__in=[good[-1].pk, bad.pk]).update(next_fire_at=db_now())
+    Job.objects.filter(pk=bad.pk).update(timezone="US/Pacific-New")
+    dispatcher = processes.manage("dispatch")
+
+    wait_until(
+        lambda: Job.objects.filter(pk=bad.pk, state="paused").exists(),
+        timeout=60,
+        message="the bad job to be paused",
+    )
+    wait_until(
+        lambda: all(Run.objects.filter(job=job).count() >= (1 if job.cron else 3) for job in good),
+        timeout=60,
+        message="fires of every good job",
+    )
+    assert dispatcher.poll() is None, "the dispatcher exited"
+    assert processes.stop(dispatcher) == 0
+    bad.refresh_from_db()
+    assert "cannot be read" in bad.pause_note and "US/Pacific-New" in bad.pause_note
+    assert not Run.objects.filter(job=bad).exists()

@@ -37,20 +37,20 @@ def states(plan):
 
 
 def test_on_time_fire_runs_and_advances_one_interval():
-    plan = plan_job(job(), T0 + dt.timedelta(seconds=1), active_runs=0)
+    plan = plan_job(job(), T0 + dt.timedelta(seconds=1), running=0, waiting=0)
     assert [(r.scheduled_at, r.state) for r in plan.runs] == [(T0, "pending")]
     assert plan.next_fire_at == T0 + dt.timedelta(seconds=60)
 
 
 def test_late_fire_within_grace_is_delayed_not_missed():
-    plan = plan_job(job(), T0 + dt.timedelta(seconds=59), active_runs=0)
+    plan = plan_job(job(), T0 + dt.timedelta(seconds=59), running=0, waiting=0)
     assert [r.state for r in plan.runs] == ["pending"]
 
 
 def test_skip_policy_records_misfires_as_missed_and_continues_from_the_future():
     # 10 minutes of outage, interval 60 s, grace 60 s.
     now = T0 + dt.timedelta(minutes=10, seconds=5)
-    plan = plan_job(job(), now, active_runs=0)
+    plan = plan_job(job(), now)
     offsets, kinds = states(plan)
     # fires at 0..600 s; the one at 600 s is within grace and runs.
     assert offsets == [60.0 * k for k in range(11)]
@@ -61,7 +61,7 @@ def test_skip_policy_records_misfires_as_missed_and_continues_from_the_future():
 
 def test_catch_up_runs_the_most_recent_max_catchup_misfires_oldest_first():
     now = T0 + dt.timedelta(minutes=10, seconds=5)
-    plan = plan_job(job(misfire_policy="catch_up", misfire_grace_seconds=1), now, active_runs=0)
+    plan = plan_job(job(misfire_policy="catch_up", misfire_grace_seconds=1), now)
     catch_up = [r for r in plan.runs if r.kind == "catch_up"]
     missed = [r for r in plan.runs if r.state == "missed"]
     assert [r.scheduled_at for r in catch_up] == [T0 + dt.timedelta(minutes=m) for m in (8, 9, 10)]
@@ -71,46 +71,61 @@ def test_catch_up_runs_the_most_recent_max_catchup_misfires_oldest_first():
 
 def test_missed_rows_are_capped_and_the_rest_only_counted():
     now = T0 + dt.timedelta(days=1)
-    plan = plan_job(job(interval_seconds=1, misfire_grace_seconds=1), now, active_runs=0)
+    plan = plan_job(job(interval_seconds=1, misfire_grace_seconds=1), now)
     assert plan.count("missed") == MAX_MISSED_ROWS
     assert plan.missed_uncounted == 86_400 + 1 - 2 - MAX_MISSED_ROWS
     assert plan.next_fire_at == now + dt.timedelta(seconds=1)
 
 
 @pytest.mark.parametrize(
-    ("policy", "active", "expected"),
+    ("policy", "running", "waiting", "expected"),
     [
-        ("skip", 0, ["pending"]),
-        ("skip", 1, ["skipped"]),
-        ("queue", 0, ["pending"]),
-        ("queue", 1, ["pending"]),
-        ("queue", 2, ["skipped"]),
-        ("allow", 5, ["pending"]),
+        ("skip", 0, 0, ["pending"]),
+        ("skip", 1, 0, ["skipped"]),
+        ("skip", 0, 1, ["skipped"]),
+        ("queue", 0, 0, ["pending"]),
+        ("queue", 1, 0, ["pending"]),
+        ("queue", 1, 1, ["skipped"]),
+        ("queue", 0, 1, ["skipped"]),
+        ("allow", 5, 5, ["pending"]),
     ],
 )
-def test_overlap_policy_given_active_runs(policy, active, expected):
-    plan = plan_job(job(overlap_policy=policy), T0, active_runs=active)
+def test_overlap_policy_given_running_and_waiting_runs(policy, running, waiting, expected):
+    plan = plan_job(job(overlap_policy=policy), T0, running=running, waiting=waiting)
     assert [r.state for r in plan.runs] == expected
     assert all(r.reason == "overlap" for r in plan.runs if r.state == "skipped")
 
 
 def test_several_on_time_fires_in_one_tick_respect_overlap_among_themselves():
     # interval 10 s, grace 60 s, dispatcher 25 s late: three fires within grace.
+    # Under queue the first waits (behind the running run); the others are skipped.
     now = T0 + dt.timedelta(seconds=25)
-    plan = plan_job(job(interval_seconds=10, overlap_policy="queue"), now, active_runs=0)
-    assert [r.state for r in plan.runs] == ["pending", "pending", "skipped"]
+    plan = plan_job(job(interval_seconds=10, overlap_policy="queue"), now, running=1, waiting=0)
+    assert [r.state for r in plan.runs] == ["pending", "skipped", "skipped"]
+
+
+def test_queue_never_plans_a_second_waiting_run():
+    """A retrying run is waiting too: a fire behind it is skipped."""
+    plan = plan_job(job(overlap_policy="queue"), T0, running=0, waiting=1)
+    assert [(r.state, r.reason) for r in plan.runs] == [("skipped", "overlap")]
 
 
 def test_cron_job_fires_follow_the_schedule():
     j = job(cron="*/15 * * * *", interval_seconds=None)
-    plan = plan_job(j, T0 + dt.timedelta(minutes=31), active_runs=0)
+    plan = plan_job(j, T0 + dt.timedelta(minutes=31), running=0, waiting=0)
     assert [r.state for r in plan.runs][-1] == "pending"
     assert plan.next_fire_at == T0 + dt.timedelta(minutes=45)
 
 
 @pytest.mark.parametrize("policy", ["skip", "queue", "allow"])
 def test_no_policy_skips_a_fire_while_nothing_is_active(policy):
-    """The dispatcher's SQL fast path relies on this: it takes only jobs with no
-    active run (or overlap allow), and never applies the overlap rule itself."""
-    assert not overlap_skips(policy, 0)
-    assert not overlap_skips("allow", 1_000)
+    """The dispatcher's SQL fast path relies on this: it takes only jobs for
+    which the rule cannot skip their one fire, and never applies it itself."""
+    assert not overlap_skips(policy, 0, 0)
+    assert not overlap_skips("allow", 1_000, 1_000)
+
+
+def test_queue_does_not_skip_a_fire_behind_a_running_run_alone():
+    """The fast path takes a queue job whose only active run is running."""
+    assert not overlap_skips("queue", 1, 0)
+    assert overlap_skips("skip", 1, 0)
