@@ -213,8 +213,10 @@ class Dispatcher:
                 break
         fleet.prune(now)
 
-    def seconds_until_next_fire(self) -> float:
-        wait = queries.seconds_to_earliest_fire()
+    def seconds_until_next_fire(self, now: dt.datetime | None = None) -> float:
+        """How long to sleep: until this shard's earliest next fire, within
+        [MIN_SLEEP, MAX_SLEEP]. ``now`` is for tests only."""
+        wait = queries.seconds_to_earliest_fire(self.shard, now)
         if wait is None:
             return MAX_SLEEP
         return min(MAX_SLEEP, max(MIN_SLEEP, wait))
