@@ -192,7 +192,7 @@ class Dispatcher:
         now = queries.db_now()
         for job in Job.objects.live().filter(state=JobState.PAUSED, resume_at__lte=now)[:100]:
             try:
-                job_verbs.resume(job, channel=Channel.SYSTEM)
+                job_verbs.resume(job, channel=Channel.SYSTEM, due_by=now)
             except Exception:
                 # Its schedule cannot be read: it stays paused, and the others resume.
                 log.exception("auto-resume failed", extra={"job_id": str(job.pk)})
