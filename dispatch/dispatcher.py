@@ -192,7 +192,7 @@ class Dispatcher:
         now = queries.db_now()
         for job in Job.objects.live().filter(state=JobState.PAUSED, resume_at__lte=now)[:100]:
             try:
-                job_verbs.resume(job, channel=Channel.SYSTEM)
+                job_verbs.resume(job, channel=Channel.SYSTEM, due_by=now)
             except Exception:
                 # Its schedule cannot be read: it stays paused, and the others resume.
                 log.exception("auto-resume failed", extra={"job_id": str(job.pk)})
@@ -213,8 +213,10 @@ class Dispatcher:
                 break
         fleet.prune(now)
 
-    def seconds_until_next_fire(self) -> float:
-        wait = queries.seconds_to_earliest_fire()
+    def seconds_until_next_fire(self, now: dt.datetime | None = None) -> float:
+        """How long to sleep: until this shard's earliest next fire, within
+        [MIN_SLEEP, MAX_SLEEP]. ``now`` is for tests only."""
+        wait = queries.seconds_to_earliest_fire(self.shard, now)
         if wait is None:
             return MAX_SLEEP
         return min(MAX_SLEEP, max(MIN_SLEEP, wait))

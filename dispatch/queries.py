@@ -137,13 +137,17 @@ DISPATCH_SIMPLE_INTERVALS = f"""
 
 # Dispatcher loop and the lag sample: the earliest next fire (uses job_due_idx).
 EARLIEST_NEXT_FIRE = """
-    SELECT min(next_fire_at) AS earliest FROM jobs_job WHERE state = 'active'
+    SELECT min(next_fire_at) AS earliest FROM jobs_job WHERE state = 'active' {shard}
 """
 # Dispatcher loop: "how long may I sleep?" in one round trip, by the database
-# clock, so a skewed host clock cannot make it sleep past a fire.
+# clock, so a skewed host clock cannot make it sleep past a fire. Filtered by
+# the dispatcher's shard: another shard's overdue job is not this one's work,
+# and counting it would make this dispatcher poll at its minimum sleep.
 SECONDS_TO_EARLIEST = """
-    SELECT extract(epoch FROM min(next_fire_at) - statement_timestamp()) AS wait
-    FROM jobs_job WHERE state = 'active'
+    SELECT extract(
+        epoch FROM min(next_fire_at) - coalesce(%(now)s::timestamptz, statement_timestamp())
+    ) AS wait
+    FROM jobs_job WHERE state = 'active' {shard}
 """
 
 
@@ -220,15 +224,20 @@ def insert_runs_and_advance(
         return {row["state"]: row["runs"] for row in cur.fetchall()}
 
 
-def seconds_to_earliest_fire() -> float | None:
-    """Seconds from the database's now to the earliest next fire (None: no job)."""
+def seconds_to_earliest_fire(
+    shard: tuple[int, int] | None = None, now: dt.datetime | None = None
+) -> float | None:
+    """Seconds from the database's now (or ``now``, in tests) to the earliest
+    next fire of the shard (None: no active job there)."""
+    params: dict = {"now": now}
     with dict_cursor() as cur:
-        cur.execute(SECONDS_TO_EARLIEST)
+        cur.execute(SECONDS_TO_EARLIEST.format(shard=_shard(params, shard)), params)
         wait = cur.fetchone()["wait"]
     return None if wait is None else float(wait)
 
 
-def earliest_next_fire() -> dt.datetime | None:
+def earliest_next_fire(shard: tuple[int, int] | None = None) -> dt.datetime | None:
+    params: dict = {}
     with dict_cursor() as cur:
-        cur.execute(EARLIEST_NEXT_FIRE)
+        cur.execute(EARLIEST_NEXT_FIRE.format(shard=_shard(params, shard)), params)
         return cur.fetchone()["earliest"]

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 
 from core.db import db_now
 from jobs import crypto
@@ -180,9 +180,30 @@ class Job(models.Model):
                 self.created_at = now
             if self.state == JobState.ACTIVE and self.next_fire_at is None:
                 self.next_fire_at = self.compute_next_fire(now)
-        else:
-            self.version += 1
-        super().save(*args, **kwargs)
+            super().save(*args, **kwargs)
+            return
+        # An existing row is written field by field: a full-row save of a copy
+        # read earlier writes back every column it holds, and that is how a
+        # job the owner deleted (or the system paused) meanwhile came back
+        # active. The version goes up in SQL, so two writers that started from
+        # the same copy still end with two different versions (ETags).
+        update_fields = kwargs.pop("update_fields", None)
+        if update_fields is None:
+            raise ValueError("Job.save() of an existing job must name its update_fields.")
+        old_version = self.version
+        self.version = F("version") + 1
+        try:
+            super().save(*args, update_fields={*update_fields, "version", "updated_at"}, **kwargs)
+        except Exception:
+            self.version = old_version
+            raise
+        self.refresh_from_db(fields=["version"])
+
+    def locked(self) -> Job | None:
+        """This job's row as it is now, locked until the transaction ends, or
+        None once it is deleted. A verb decides on this copy, never on the
+        caller's, which may have been read before another writer committed."""
+        return Job.objects.select_for_update().filter(pk=self.pk, deleted_at__isnull=True).first()
 
     # -- schedule -----------------------------------------------------------
 
@@ -251,11 +272,20 @@ class Job(models.Model):
     def rotate_secret(self, *, actor=None, channel: str = Channel.API) -> str:
         """New secret; for 24 hours deliveries are signed with old and new."""
         now = db_now()
+        current = self.locked()
+        if current is None:
+            # Deleted meanwhile: a secret that is never stored must not be shown.
+            raise Job.DoesNotExist("The job was deleted.")
         new_secret = crypto.generate_secret()
-        self.previous_secret_encrypted = self.secret_encrypted
-        self.previous_secret_until = now + ROTATION_OVERLAP
-        self.set_secret(new_secret)
-        self.save()
+        # The secret being replaced is the row's, not this copy's: a rotation
+        # that committed meanwhile keeps signing through the overlap.
+        current.previous_secret_encrypted = current.secret_encrypted
+        current.previous_secret_until = now + ROTATION_OVERLAP
+        current.set_secret(new_secret)
+        current.save(
+            update_fields=["secret_encrypted", "previous_secret_encrypted", "previous_secret_until"]
+        )
+        self.refresh_from_db()
         self.record_event("secret_rotated", actor=actor, channel=channel)
         return new_secret
 

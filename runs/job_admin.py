@@ -305,7 +305,7 @@ class JobAdmin(OwnerScopedAdmin):
             if changed:
                 # Only what the form changed: a pause, a failure count or a
                 # next fire written by another process meanwhile stays as it is.
-                update = {*changed, "version", "updated_at"}
+                update = set(changed)
                 if SCHEDULE_FIELDS.intersection(changed):
                     obj.reschedule(actor=request.user, channel=Channel.ADMIN)
                     update.add("next_fire_at")
@@ -669,7 +669,11 @@ class JobAdmin(OwnerScopedAdmin):
 
     def rotate_secret_view(self, request, object_id):
         job = self._changeable(request, object_id)
-        secret = job.rotate_secret(actor=request.user, channel=Channel.ADMIN)
+        try:
+            secret = job.rotate_secret(actor=request.user, channel=Channel.ADMIN)
+        except Job.DoesNotExist:
+            self.message_user(request, "This job was deleted meanwhile.", messages.WARNING)
+            return redirect("admin:jobs_job_changelist")
         _stash_secret(request, job, secret)
         self.message_user(
             request,

@@ -7,6 +7,13 @@ the job through its own fields and ``job.record_event``, and its runs through
 ``Run.objects``, in one transaction. Views, the admin and the system's own
 actors (auto-pause in runs/leases.py, auto-resume in the dispatcher) all call
 these functions; none of them update job rows behind their back.
+
+Each verb takes the row with ``Job.locked()`` (``SELECT … FOR UPDATE``),
+decides on what the row holds now rather than on the caller's copy, writes
+only the fields it changes, and bumps ``version`` in SQL (``Job.save``). The
+caller's copy is refreshed afterwards, so an answer built from it (an API
+response and its ETag) shows what was written. A verb on a job deleted
+meanwhile writes nothing.
 """
 
 from __future__ import annotations
@@ -39,15 +46,19 @@ def pause(
     by its deadline; its retries are cancelled when it reports back.
     """
     now = db_now()
+    current = job.locked()
+    if current is None:
+        return 0
     # Pausing a paused job changes its note and resume_at, not when the
     # pause began: that is where a catch-up resume counts fires from.
-    if job.state != JobState.PAUSED or job.paused_at is None:
-        job.paused_at = now
-    job.state = JobState.PAUSED
-    job.pause_note = note
-    job.resume_at = resume_at
-    job.next_fire_at = None
-    job.save()
+    if current.state != JobState.PAUSED or current.paused_at is None:
+        current.paused_at = now
+    current.state = JobState.PAUSED
+    current.pause_note = note
+    current.resume_at = resume_at
+    current.next_fire_at = None
+    current.save(update_fields=["state", "pause_note", "paused_at", "resume_at", "next_fire_at"])
+    job.refresh_from_db()
     cancelled = Run.objects.cancel_waiting(job_id=job.pk, reason="paused", now=now)
     job.record_event(
         "paused",
@@ -70,26 +81,48 @@ def resume(
     dry_run: bool = False,
     actor=None,
     channel: str = Channel.API,
+    due_by: dt.datetime | None = None,
 ) -> dict[str, Any]:
     """Resume from now. Fires inside the pause are declined, not missed,
-    unless ``catch_up`` asks for the last ``max_catchup`` of them."""
+    unless ``catch_up`` asks for the last ``max_catchup`` of them.
+
+    ``due_by`` is the auto-resume's condition: resume only if the row still
+    asks for a ``resume_at`` at or before it. An owner who deleted the job,
+    or paused it again with a later ``resume_at``, after the dispatcher read
+    it, keeps what they did.
+    """
     now = db_now()
-    catch_up_fires = job.fires_missed_while_paused(now) if catch_up else []
-    next_fire = job.compute_next_fire(now)
-    plan = {
-        "catch_up": [f.isoformat() for f in catch_up_fires],
-        "next_fire_at": next_fire.isoformat() if next_fire else None,
-        "created": 0,
-    }
-    if dry_run or job.state == JobState.ACTIVE:
+    plan: dict[str, Any] = {"catch_up": [], "next_fire_at": None, "created": 0}
+    current = job.locked()
+    if current is None:
         return plan
-    job.state = JobState.ACTIVE
-    job.pause_note = ""
-    job.resume_at = None
-    job.paused_at = None
-    job.next_fire_at = next_fire
-    job.consecutive_failures = 0
-    job.save()
+    if due_by is not None and (
+        current.state != JobState.PAUSED or current.resume_at is None or current.resume_at > due_by
+    ):
+        return plan
+    catch_up_fires = current.fires_missed_while_paused(now) if catch_up else []
+    next_fire = current.compute_next_fire(now)
+    plan["catch_up"] = [f.isoformat() for f in catch_up_fires]
+    plan["next_fire_at"] = next_fire.isoformat() if next_fire else None
+    if dry_run or current.state == JobState.ACTIVE:
+        return plan
+    current.state = JobState.ACTIVE
+    current.pause_note = ""
+    current.resume_at = None
+    current.paused_at = None
+    current.next_fire_at = next_fire
+    current.consecutive_failures = 0
+    current.save(
+        update_fields=[
+            "state",
+            "pause_note",
+            "resume_at",
+            "paused_at",
+            "next_fire_at",
+            "consecutive_failures",
+        ]
+    )
+    job.refresh_from_db()
     plan["created"] = Run.objects.create_for_fires(job, catch_up_fires, kind=RunKind.CATCH_UP)
     job.record_event(
         "resumed", actor=actor, channel=channel, changes={"catch_up": plan["catch_up"]}
@@ -150,9 +183,13 @@ def backfill(
 def soft_delete(job: Job, *, actor=None, channel: str = Channel.API) -> int:
     """Hide the job and cancel its waiting runs; history stays for audit."""
     now = db_now()
-    job.deleted_at = now
-    job.next_fire_at = None
-    job.save()
+    current = job.locked()
+    if current is None:
+        return 0
+    current.deleted_at = now
+    current.next_fire_at = None
+    current.save(update_fields=["deleted_at", "next_fire_at"])
+    job.refresh_from_db()
     cancelled = Run.objects.cancel_waiting(job_id=job.pk, reason="deleted", now=now)
     job.record_event("deleted", actor=actor, channel=channel, changes={"cancelled_runs": cancelled})
     return cancelled

@@ -101,11 +101,12 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _save(job: Job) -> None:
-    """Save, turning the per-owner unique name (a race the serializer lost) into a 400."""
+def _save(job: Job, update_fields: list[str] | None = None) -> None:
+    """Save (an existing job: only ``update_fields``), turning the per-owner
+    unique name (a race the serializer lost) into a 400."""
     try:
         with transaction.atomic():
-            job.save()
+            job.save(update_fields=update_fields)
     except IntegrityError as exc:
         text = str(exc)
         if "job_unique_name_per_owner" in text or "jobs_job.name" in text:
@@ -220,9 +221,14 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
                     setattr(job, name, value)
             # Sending what is already there is not a change: no new version, no event.
             if changes:
+                # Only what the request changed (and the next fire it moves):
+                # the row is locked, but a column this request did not send
+                # is still not its to write.
+                fields = list(changes)
                 if SCHEDULE_FIELDS_SET.intersection(changes):
                     job.reschedule(actor=request.user, channel=Channel.API)
-                _save(job)
+                    fields.append("next_fire_at")
+                _save(job, fields)
                 job.record_event(
                     "updated", actor=request.user, channel=Channel.API, changes=changes
                 )

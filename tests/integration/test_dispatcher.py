@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.db.models.expressions import RawSQL
 
 from dispatch import queries
 from dispatch.dispatcher import Dispatcher
@@ -149,6 +150,29 @@ def test_shards_split_the_jobs_without_overlap(owner):
     counts = [Dispatcher(shard=(k, 3)).tick(now=T0 + S).runs for k in range(3)]
     assert sum(counts) == 30
     assert Run.objects.filter(job__in=jobs).count() == 30
+
+
+def test_a_sharded_dispatcher_sleeps_until_its_own_shards_next_fire(owner):
+    """Another shard's overdue job is not this dispatcher's work: it must not
+    make this one poll at its minimum sleep."""
+    from dispatch.dispatcher import MAX_SLEEP, MIN_SLEEP
+
+    Job.objects.all().delete()
+    jobs = [make_job(owner, interval_seconds=60) for _ in range(40)]
+    in_shard = RawSQL("mod(hashtext(id::text) & 2147483647, 2)", [])
+    shard_of = dict(Job.objects.annotate(k=in_shard).values_list("pk", "k"))
+    mine = [j for j in jobs if shard_of[j.pk] == 0]
+    theirs = [j for j in jobs if shard_of[j.pk] == 1]
+    assert mine and theirs
+    Job.objects.filter(pk__in=[j.pk for j in mine]).update(next_fire_at=T0 + S / 2)
+    Job.objects.filter(pk__in=[j.pk for j in theirs]).update(next_fire_at=T0 - 30 * S)
+
+    wait = Dispatcher(shard=(0, 2)).seconds_until_next_fire(now=T0)
+
+    assert wait == pytest.approx(0.5)
+    assert Dispatcher(shard=(1, 2)).seconds_until_next_fire(now=T0) == MIN_SLEEP
+    assert Dispatcher().seconds_until_next_fire(now=T0 + 10 * S) == MIN_SLEEP
+    assert Dispatcher(shard=(0, 2)).seconds_until_next_fire(now=T0 - 10 * S) == MAX_SLEEP
 
 
 def test_cron_job_in_a_zone_fires_at_the_local_time(owner):
