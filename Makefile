@@ -66,9 +66,13 @@ PYTEST := $(BIN)/python -m pytest
 types: install ## mypy with django-stubs over the product code
 	SECRET_KEY=typecheck $(BIN)/mypy
 
+# The tiers that start no OS processes of their own run on both cores (xdist,
+# one test database per worker); the process tier runs alone, because its tests
+# start dispatchers, workers and receivers and end by restarting the server.
 test: lint types ## the whole suite: lint, types, then pytest on PostgreSQL (migrations check included)
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory browser faketime; fi
-	$(PYTEST) -q -rs tests
+	$(PYTEST) -q -rs -n 2 tests/unit tests/integration tests/browser
+	$(PYTEST) -q -rs --durations=10 tests/processes
 
 test-fast: install ## unit and integration tests only (no OS processes, no browser)
 	$(PYTEST) -q -rs tests/unit tests/integration
