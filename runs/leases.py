@@ -87,6 +87,21 @@ _TAKE = """
     WHERE r.id = c.id AND j.id = r.job_id
 """
 
+# The attempt that lost its lease, recorded as ``lease_expired``: a CTE step
+# over the locked runs ``c``, shared by the expired-lease claim below and the
+# dispatcher's fail_exhausted (runs/outcomes.py). ON CONFLICT: the attempt row
+# may already exist when its worker wrote it just before losing the lease.
+RECORD_LOST_ATTEMPTS = """
+    ), lost AS (
+        INSERT INTO runs_attempt
+            (run_id, number, worker, started_at, finished_at, outcome, error)
+        SELECT r.id, r.attempt, r.lease_owner, r.attempt_started_at, %(now)s,
+               'lease_expired', 'lease expired: the worker stopped heartbeating'
+        FROM runs_run AS r JOIN c ON c.id = r.id
+        ON CONFLICT DO NOTHING
+    )
+"""
+
 # Worker claim loop and the pull API's claim, first statement: running runs
 # whose lease expired (their worker died or stalled) are taken over at once
 # with attempt + 1, and the lost attempt is recorded. ``lease_until < now``
@@ -102,15 +117,8 @@ CLAIM_EXPIRED = (
         ORDER BY r.lease_until
         LIMIT %(limit)s
         FOR UPDATE OF r SKIP LOCKED
-    ), lost AS (
-        INSERT INTO runs_attempt
-            (run_id, number, worker, started_at, finished_at, outcome, error)
-        SELECT r.id, r.attempt, r.lease_owner, r.attempt_started_at, %(now)s,
-               'lease_expired', 'lease expired: the worker stopped heartbeating'
-        FROM runs_run AS r JOIN c ON c.id = r.id
-        ON CONFLICT DO NOTHING
-    )
 """
+    + RECORD_LOST_ATTEMPTS
     + _TAKE
     + _RETURNING_CLAIMED
 )

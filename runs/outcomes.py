@@ -26,7 +26,7 @@ from django.db import transaction
 from core.db import db_now, dict_cursor
 from runs import stats
 from runs.after_attempt import FAILED, SUCCEEDED, pause_after_streak
-from runs.leases import LEASE_HELD
+from runs.leases import LEASE_HELD, RECORD_LOST_ATTEMPTS
 
 log = logging.getLogger("punctual.leases")
 
@@ -152,25 +152,22 @@ AUTO_PAUSE = """
 # ``lease_until < now`` under the row lock, so a run whose worker completed
 # or heartbeated it meanwhile is left alone; SKIP LOCKED lets several
 # dispatchers reap at once without waiting on each other (or on a claimer).
-FAIL_EXHAUSTED = """
+FAIL_EXHAUSTED = (
+    """
     WITH c AS (
         SELECT id FROM runs_run
         WHERE state = 'running' AND lease_until < %(now)s AND attempt >= max_attempts
         FOR UPDATE SKIP LOCKED
-    ), lost AS (
-        INSERT INTO runs_attempt
-            (run_id, number, worker, started_at, finished_at, outcome, error)
-        SELECT r.id, r.attempt, r.lease_owner, r.attempt_started_at, %(now)s,
-               'lease_expired', 'lease expired: the worker stopped heartbeating'
-        FROM runs_run AS r JOIN c ON c.id = r.id
-        ON CONFLICT DO NOTHING
-    )
+"""
+    + RECORD_LOST_ATTEMPTS
+    + """
     UPDATE runs_run AS r SET state = 'failed', reason = %(reason)s, finished_at = %(now)s,
         lease_owner = '', lease_until = NULL, available_at = NULL,
         last_error = 'lease expired on the last attempt'
     FROM c WHERE r.id = c.id
     RETURNING r.id, r.job_id, r.attempt
 """
+)
 
 
 # ---------------------------------------------------------------------------
