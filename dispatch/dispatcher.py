@@ -8,7 +8,7 @@
    nothing for the overlap rule to decide) is inserted and advanced in one
    SQL statement first; the rest take the planned path below.
 2. Read how many runs each has running and waiting (overlap policy).
-3. Plan each job's fires up to the database's ``now()`` (dispatch/planning.py:
+3. Plan each job's fires up to the database's ``now()`` (runs/planning.py:
    misfire and overlap policies, pure).
 4. Insert the runs with ``ON CONFLICT DO NOTHING`` and advance ``next_fire_at``
    in one statement, then commit.
@@ -40,9 +40,9 @@ from django.db import (
 )
 
 from dispatch import fleet, queries
-from dispatch.planning import PENDING, plan_job
 from jobs.schedules import jitter_offset
 from runs import job_verbs
+from runs.planning import PENDING, plan_job
 
 log = logging.getLogger("punctual.dispatch")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from core.db import db_now as _db_now
 from core.db import dict_cursor
-from dispatch.planning import DueJob
+from runs.planning import DueJob
 
 # The columns of DueJob, in its field names.
 _DUE_COLUMNS = """
@@ -82,7 +82,7 @@ INSERT_RUNS_AND_ADVANCE = """
 """
 
 # The fast path's share of the overlap rule. The rule itself is stated once,
-# in dispatch/planning.py (overlap_skips): ``skip`` skips a fire while the job
+# in runs/planning.py (overlap_skips): ``skip`` skips a fire while the job
 # has a run running or waiting, ``queue`` while it has one waiting (pending or
 # retrying), ``allow`` never. The fast path takes one fire per job, so it takes
 # only the jobs where that one fire is pending: the others stay due, and the

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from dispatch.planning import MAX_MISSED_ROWS, DueJob, overlap_skips, plan_job
+from runs.planning import MAX_MISSED_ROWS, DueJob, overlap_skips, plan_job
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
