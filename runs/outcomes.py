@@ -131,22 +131,6 @@ JOB_STREAKS = """
     RETURNING j.id, j.consecutive_failures, j.pause_after_failures, j.state
 """
 
-# Same transaction as COMPLETE (or FAIL_EXHAUSTED): the automatic pause, the
-# system's own use of the pause verb. One guarded UPDATE: it takes each job's
-# row lock (JOB_STREAKS usually holds it already) and PostgreSQL re-checks
-# ``state = 'active' AND deleted_at IS NULL`` on the latest committed row, so
-# a job the owner paused, or deleted since the worker read it stays as
-# the owner left it. It writes the pause columns only and bumps ``version``
-# in SQL: a full-row save of a copy read earlier is how an owner's PATCH,
-# committed between that read and the pause, was reverted.
-AUTO_PAUSE = """
-    UPDATE jobs_job AS j SET state = 'paused', paused_at = %(now)s, pause_note = p.note,
-        resume_at = NULL, next_fire_at = NULL, version = j.version + 1, updated_at = %(now)s
-    FROM unnest(%(ids)s::uuid[], %(notes)s::text[]) AS p(id, note)
-    WHERE j.id = p.id AND j.state = 'active' AND j.deleted_at IS NULL
-    RETURNING j.id, j.owner_id, p.note
-"""
-
 # Dispatcher housekeeping: runs whose last allowed attempt lost its lease end
 # failed, and the lost attempt is recorded. FOR UPDATE re-checks
 # ``lease_until < now`` under the row lock, so a run whose worker completed
@@ -310,35 +294,23 @@ def _pause(pauses: list[tuple[uuid.UUID, str]], now: dt.datetime) -> list[tuple[
     """Pause jobs that asked for it (410 Gone, failure streak), inside the
     caller's transaction; returns the jobs paused.
 
-    1. Pause the jobs still active and not deleted (AUTO_PAUSE, guarded).
-    2. Cancel their waiting runs, as the pause verb does.
-    3. Record a ``paused`` event for each, through the system channel.
+    Each goes through the pause verb on its locked row (job_verbs.
+    pause_by_system), only if it is still active and not deleted, so the
+    fires already due are recorded, the waiting runs cancelled, the schedule
+    history and the event written, exactly as for an owner's pause. Jobs are
+    taken in id order, so two completions pausing the same jobs cannot
+    deadlock.
     """
-    from jobs.models import Channel, JobEvent
-    from runs.models import Run
+    from runs import job_verbs
 
     notes: dict[uuid.UUID, str] = {}
     for job_id, note in pauses:
         notes.setdefault(job_id, note)  # the first reason wins
-    if not notes:
-        return []
-    with dict_cursor() as cur:
-        cur.execute(AUTO_PAUSE, {"now": now, "ids": list(notes), "notes": list(notes.values())})
-        rows = cur.fetchall()
-    events = []
-    for row in rows:
-        cancelled = Run.objects.cancel_waiting(job_id=row["id"], reason="paused", now=now)
-        events.append(
-            JobEvent(
-                job_id=row["id"],
-                owner_id=row["owner_id"],
-                channel=Channel.SYSTEM,
-                action="paused",
-                changes={"note": row["note"], "resume_at": None, "cancelled_runs": cancelled},
+    paused = []
+    for job_id in sorted(notes):
+        if job_verbs.pause_by_system(job_id, note=notes[job_id], now=now):
+            log.warning(
+                "job paused automatically", extra={"job_id": str(job_id), "note": notes[job_id]}
             )
-        )
-        log.warning(
-            "job paused automatically", extra={"job_id": str(row["id"]), "note": row["note"]}
-        )
-    JobEvent.objects.bulk_create(events)
-    return [(row["id"], row["note"]) for row in rows]
+            paused.append((job_id, notes[job_id]))
+    return paused
