@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import connection
 
@@ -65,7 +66,7 @@ def record_spans(job_ids: Sequence, at: dt.datetime) -> None:
     the rows."""
     if not job_ids:
         return
-    params = {"ids": [str(i) for i in job_ids], "at": at}
+    params: dict[str, Any] = {"ids": [str(i) for i in job_ids], "at": at}
     with connection.cursor() as cur:
         cur.execute(CLOSE_CHANGED, params)
         cur.execute(OPEN_MISSING, params)
