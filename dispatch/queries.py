@@ -13,8 +13,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from core.db import DB_NOW_SQL, dict_cursor
 from core.db import db_now as _db_now
-from core.db import dict_cursor
 from runs.planning import DueJob
 
 # The columns of DueJob, in its field names.
@@ -143,11 +143,11 @@ EARLIEST_NEXT_FIRE = """
 # clock, so a skewed host clock cannot make it sleep past a fire. Filtered by
 # the dispatcher's shard: another shard's overdue job is not this one's work,
 # and counting it would make this dispatcher poll at its minimum sleep.
-SECONDS_TO_EARLIEST = """
+SECONDS_TO_EARLIEST = f"""
     SELECT extract(
-        epoch FROM min(next_fire_at) - coalesce(%(now)s::timestamptz, statement_timestamp())
+        epoch FROM min(next_fire_at) - coalesce(%(now)s::timestamptz, {DB_NOW_SQL})
     ) AS wait
-    FROM jobs_job WHERE state = 'active' {shard}
+    FROM jobs_job WHERE state = 'active' {{shard}}
 """
 
 
