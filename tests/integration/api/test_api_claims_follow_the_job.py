@@ -25,9 +25,7 @@ def claim(api, worker: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("stop", ["pause", "delete"])
-def test_a_pull_run_of_a_stopped_job_is_not_claimed_again_after_its_worker_died(
-    api, owner, stop
-):
+def test_a_pull_run_of_a_stopped_job_is_not_claimed_again_after_its_worker_died(api, owner, stop):
     job = make_job(owner, target_kind="pull", url="")
     run = job_verbs.trigger(job)
     [first] = claim(api, "w1")
@@ -42,7 +40,8 @@ def test_a_pull_run_of_a_stopped_job_is_not_claimed_again_after_its_worker_died(
     assert outcomes.cancel_stopped() == 1
     run.refresh_from_db()
     assert (run.state, run.reason) == ("cancelled", "paused" if stop == "pause" else "deleted")
-    assert list(run.attempts.values_list("number", "outcome")) == [(first["attempt"], "interrupted")]
+    lost = [(first["attempt"], "interrupted")]
+    assert list(run.attempts.values_list("number", "outcome")) == lost
 
 
 @pytest.mark.parametrize("policy", ["skip", "queue"])
