@@ -203,6 +203,7 @@ class Dispatcher:
         from runs import outcomes, retention
 
         now = queries.db_now()
+        outcomes.cancel_stopped(now)
         outcomes.fail_exhausted(now)
         cutoff = now - dt.timedelta(days=settings.PUNCTUAL_RUN_RETENTION_DAYS)
         # Keep up with the fire rate (2k fires/s is 10k runs per round), but

@@ -273,7 +273,8 @@ class Attempt(models.Model):
         PERMANENT = "permanent", "Failed (permanent)"
         LEASE_EXPIRED = "lease_expired", "Lease expired"
         # Cut short by a worker's SIGTERM drain deadline; the run was released
-        # and this attempt did not count against max_attempts.
+        # and this attempt did not count against max_attempts. Or lost with its
+        # worker while the job was paused or deleted: the run was cancelled.
         INTERRUPTED = "interrupted", "Interrupted (worker stopped)"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
