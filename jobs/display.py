@@ -96,3 +96,13 @@ def relative(when: dt.datetime | None, now: dt.datetime) -> str:
         return "now"
     text = short_duration(abs(delta))
     return f"in {text}" if delta > 0 else f"{text} ago"
+
+
+def missed_text(job) -> str:
+    """ "missed since 2026-12-01 10:00 UTC: 1,340" for a job with fires that
+    were counted rather than recorded one by one (past a recovery's cap),
+    "" for one without."""
+    if not job.missed_count:
+        return ""
+    since = f"{job.missed_since:%Y-%m-%d %H:%M} UTC" if job.missed_since else "?"
+    return f"missed since {since}: {job.missed_count:,}"

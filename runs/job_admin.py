@@ -33,7 +33,7 @@ from django.views.decorators.http import require_POST
 from core.admin_base import BigTableAdmin, OwnerScopedAdmin
 from core.db import db_now
 from jobs import crypto, schedules
-from jobs.display import describe_schedule, relative, short_duration
+from jobs.display import describe_schedule, missed_text, relative, short_duration
 from jobs.forms import JobForm
 from jobs.models import Channel, Job, JobEvent, JobState
 from runs import job_verbs
@@ -178,6 +178,7 @@ class JobAdmin(OwnerScopedAdmin):
         "secret_status",
         "state_text",
         "next_fire",
+        "missed_fires",
         "consecutive_failures",
         "version",
         "created_at",
@@ -254,6 +255,7 @@ class JobAdmin(OwnerScopedAdmin):
                         "fields": [
                             "state_text",
                             "next_fire",
+                            "missed_fires",
                             "consecutive_failures",
                             "version",
                             "created_at",
@@ -411,6 +413,11 @@ class JobAdmin(OwnerScopedAdmin):
             state_badge(run.state),
             lag_text(run.lag_seconds),
         )
+
+    @admin.display(description="missed, not listed")
+    def missed_fires(self, obj: Job):
+        """Fires past a recovery's cap of 100 recorded rows: counted only."""
+        return missed_text(obj) or "none"
 
     @admin.display(description="recent runs")
     def recent_outcomes(self, obj: Job):

@@ -194,6 +194,13 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
     resume_at = serializers.DateTimeField(read_only=True, allow_null=True)
     consecutive_failures = serializers.IntegerField(read_only=True)
     next_fire_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    missed_count = serializers.IntegerField(
+        read_only=True,
+        help_text="Fires missed past a recovery's cap of 100 recorded rows: counted, not listed.",
+    )
+    missed_since = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="The earliest of the counted missed fires."
+    )
     last_run = serializers.SerializerMethodField()
     version = serializers.IntegerField(read_only=True)
     owner = serializers.CharField(source="owner.username", read_only=True)

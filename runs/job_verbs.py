@@ -18,6 +18,7 @@ meanwhile writes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Any
 
@@ -66,6 +67,10 @@ def settle_due_fires(current: Job, now: dt.datetime, *, stopping: str | None = N
     if current.next_fire_at > now:
         return 0
     due = planning.DueJob.from_row(current)
+    if stopping:
+        # Nothing will run: every fire that would have is skipped for the
+        # pause (or delete) itself, not for an overlap that no longer matters.
+        due = dataclasses.replace(due, overlap_policy="allow")
     running = Run.objects.filter(job_id=current.pk, state=RunState.RUNNING).count()
     waiting = Run.objects.filter(
         job_id=current.pk, state__in=(RunState.PENDING, RunState.RETRYING)
