@@ -97,6 +97,7 @@ class Dispatcher:
     def tick(self, now: dt.datetime | None = None) -> TickResult:
         """One batch of due jobs, one transaction. ``now`` is for tests only:
         production passes None, and the database clock decides."""
+        started = time.monotonic()
         with transaction.atomic():
             now = now or queries.db_now()
             fast = TickResult(now=now)
@@ -149,7 +150,19 @@ class Dispatcher:
             for job_id, problem in unreadable:
                 job_verbs.pause_unreadable(job_id, problem=problem)
         if created.get("missed") or created.get("skipped"):
-            log.info("fires not run", extra={"now": now.isoformat(), **created})
+            # A recovery after an outage shows here, with how long this batch
+            # held its jobs' row locks (an owner's write to one of them waits
+            # that long).
+            locked = round(time.monotonic() - started, 4)
+            log.info(
+                "fires not run",
+                extra={
+                    "now": now.isoformat(),
+                    "jobs": len(due),
+                    "locked_seconds": locked,
+                    **created,
+                },
+            )
         for state, n in fast.created.items():
             created[state] = created.get(state, 0) + n
         return TickResult(jobs=fast.jobs + len(due), created=created, now=now)
