@@ -700,6 +700,11 @@ class Schedule:
                 lo = _ceil_div(fire - midnight, _ONE_MINUTE)
                 hi = _ceil_div(min(end, next_midnight) - midnight, _ONE_MINUTE)
                 a, b = bisect_left(minutes, lo), bisect_left(minutes, hi)
+                # The iterator's fire must be the first pair counted. It is not
+                # when a fixed-time job's times skipped by a gap that ends at
+                # this midnight (23:00 -> 00:00) fire at midnight, and would not
+                # be if croniter ever read the fields differently from
+                # _minutes_of_day: then the day is listed fire by fire.
                 if a < b and midnight + minutes[a] * _ONE_MINUTE == fire:
                     yield midnight, minutes[a:b]
                     if end <= next_midnight:
@@ -744,25 +749,23 @@ def _minutes_of_day(expr: str) -> tuple[int, ...]:
 
 
 def _steady_day(zone: zoneinfo.ZoneInfo, day: date) -> tuple[datetime, datetime] | None:
-    """The instants of local midnight starting ``day`` and the next one, if the
-    zone's UTC offset is the same throughout [first, next) and just before it;
-    None if it changes (a DST day, or a change exactly at midnight).
+    """The instants of the local midnight starting ``day`` and of the next one,
+    if the zone's UTC offset is the same throughout [first, next); None if it
+    changes that day (a DST day, or a midnight that is skipped or repeated).
 
-    Just before matters: a fixed-time job's skipped times from the evening
-    before fire at the first instant after a gap, which would land on this
-    day's midnight. Like :func:`_offset_change`, this assumes no zone changes
-    its offset twice within a day.
+    One reading at each end suffices because, as :func:`_offset_change`
+    assumes, no zone changes its offset twice within a day: an offset read at
+    midnight (its first reading, when midnight happens twice) that still holds
+    just before the next midnight held all day.
     """
     wall = datetime(day.year, day.month, day.day)
     try:
         offset = wall.replace(tzinfo=zone).utcoffset()
-        if offset is None or wall.replace(tzinfo=zone, fold=1).utcoffset() != offset:
-            return None
+        assert offset is not None
         first = wall.replace(tzinfo=UTC) - offset
         after = first + timedelta(days=1)
-        for probe in (first - _ONE_US, after - _ONE_US, after):
-            if _offset(zone, probe) != offset:
-                return None
+        if _offset(zone, after - _ONE_US) != offset:
+            return None
     except OverflowError:
         return None
     return first, after

@@ -25,6 +25,8 @@ ZONES = (
     "Pacific/Chatham",  # +12:45 / +13:45
     "Australia/Lord_Howe",  # a 30-minute shift
     "America/Santiago",  # changes at midnight
+    "America/Havana",  # 00:00 -> 01:00 and 01:00 -> 00:00
+    "America/Nuuk",  # 23:00 -> 00:00: a gap that ends at midnight
     "UTC",
 )
 # Dense crons are enumerated by the brute force at ~50 us a fire, so their
@@ -130,7 +132,14 @@ def test_latest_fires_match_brute_force(seed: int) -> None:
 
 def test_every_offset_change_of_2026_in_every_zone() -> None:
     """Each change, dense and sparse crons, over the local midnights either side."""
-    crons = {"* * * * *": 13, "0-59 0-23 * * *": 4, "30 2 * * *": 36, "0 * * * *": 36}
+    crons = {
+        "* * * * *": 13,
+        "0-59 0-23 * * *": 4,
+        "30 2 * * *": 36,
+        "0 * * * *": 36,
+        "30 23,0 * * *": 36,
+        "0,30 23,0 * * *": 36,
+    }
     for zone in ZONES:
         for change in _offset_changes(zone):
             for expr, hours in crons.items():
