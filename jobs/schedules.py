@@ -537,9 +537,7 @@ class Schedule:
                 return newer[-count:]
             hi, window = lo, window * 2
 
-    def count_fires_between(
-        self, start: datetime, end: datetime, cap: int | None = None
-    ) -> int:
+    def count_fires_between(self, start: datetime, end: datetime, cap: int | None = None) -> int:
         """How many fires f have start <= f < end, exactly (at most ``cap`` if given).
 
         Never by listing the fires: interval schedules are arithmetic, and a
@@ -670,7 +668,6 @@ class Schedule:
                 yield fire
                 cur = fire
 
-
     def _cron_runs(
         self, start: datetime, end: datetime
     ) -> Iterator[tuple[datetime, Sequence[int]]]:
@@ -715,6 +712,7 @@ class Schedule:
             while fire is not None and fire < end and fire.astimezone(zone).date() == day:
                 yield fire, _JUST_THIS
                 fire = next(it, None)
+
 
 def _ceil_steps(anchor: datetime, t: datetime, step: timedelta) -> int:
     """The smallest k >= 0 with anchor + k * step >= t."""
