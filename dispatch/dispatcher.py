@@ -13,8 +13,9 @@
 4. Insert the runs with ``ON CONFLICT DO NOTHING`` and advance ``next_fire_at``
    in one statement, then commit.
 
-``run_once()`` ticks until the due set is drained, then does housekeeping:
-heartbeat, ``resume_at`` auto-resumes, failing runs whose last lease expired,
+``run_once()`` ticks until the due set is drained (beating its fleet row
+between ticks when a beat is due), then does housekeeping: heartbeat,
+``resume_at`` auto-resumes, failing runs whose last lease expired,
 and a small batch of retention pruning. ``run_forever()`` sleeps until the
 earliest next fire (capped at MAX_SLEEP) between rounds, so fires don't wait
 on a fixed poll.
@@ -140,10 +141,14 @@ class Dispatcher:
                         )
                     )
                 advances.append((job.id, plan.next_fire_at))
-                if plan.missed_uncounted:
+                if plan.missed_counted:
                     log.warning(
                         "misfires beyond the recorded cap",
-                        extra={"job_id": str(job.id), "uncounted": plan.missed_uncounted},
+                        extra={
+                            "job_id": str(job.id),
+                            "counted": plan.missed_counted,
+                            "since": plan.missed_since.isoformat() if plan.missed_since else None,
+                        },
                     )
             created = queries.insert_runs_and_advance(now, runs, advances)
             for job_id, problem in unreadable:
@@ -167,14 +172,22 @@ class Dispatcher:
                 total.created[state] = total.created.get(state, 0) + n
             if result.jobs < self.batch_size:
                 break
+            # Draining a long outage can take many ticks; the fleet row must
+            # not go stale meanwhile, or health would call this dispatcher
+            # dead while it is busiest.
+            self._beat_if_due()
         self.housekeeping(fires=total.fires)
         return total
 
-    def housekeeping(self, fires: int = 0) -> None:
+    def _beat_if_due(self) -> None:
         mono = time.monotonic()
         if mono >= self._next_beat:
             self._next_beat = mono + HEARTBEAT_EVERY
             self.registration.beat(stopping=self.stopping.is_set())
+
+    def housekeeping(self, fires: int = 0) -> None:
+        self._beat_if_due()
+        mono = time.monotonic()
         if mono >= self._next_sample:
             self._next_sample = mono + LAG_SAMPLE_EVERY
             now = queries.db_now()

@@ -225,3 +225,28 @@ def test_a_job_whose_schedule_cannot_be_read_is_paused_and_the_rest_fire(
     event = bad.events.get(action="paused")
     assert event.channel == "system" and event.changes["note"] == bad.pause_note
     assert Dispatcher().tick(now=T0 + 2 * S).jobs == 0
+
+
+def test_the_fleet_row_is_beaten_during_a_long_drain(owner):
+    """run_once ticks until nothing is due and only then does housekeeping; a
+    drain of many batches must still beat the fleet row on schedule, or
+    health reports the dispatcher dead while it works through an outage."""
+    from dispatch.models import ProcessHeartbeat
+
+    now = queries.db_now()
+    for _ in range(3):
+        due_at(make_job(owner, interval_seconds=3600), now - S)
+
+    class Observed(Dispatcher):
+        seen: list[bool] = []
+
+        def tick(self, now=None):
+            beaten = ProcessHeartbeat.objects.filter(name=self.registration.name).exists()
+            self.seen.append(beaten)
+            return super().tick(now)
+
+    dispatcher = Observed(batch_size=1)
+    dispatcher.run_once()
+    # Four ticks (three batches of one, then an empty one); the row exists
+    # from the second on, long before the housekeeping after the last.
+    assert dispatcher.seen == [False, True, True, True]
