@@ -15,6 +15,9 @@ holds jobs it did not make, unless ``--force``.
   fires from the receiver's log, CPU seconds per process.
 - ``slow``: K deliveries to a receiver that answers after S seconds, held by W
   workers; the most in flight at once, each worker's peak RSS, completion rate.
+- ``recovery``: N per-minute cron jobs whose next fire was 24 hours ago (a
+  day-long outage); the time each locked tick takes to drain them, and a check
+  that each job got exactly 100 missed rows and every other fire counted.
 """
 
 from __future__ import annotations
@@ -214,6 +217,86 @@ def scenario_scale(*, jobs: int, due: int, batch: int, repeat: int, force: bool)
         r = drain(batch)
         rates.append(r["runs"] / (r["t1"] - r["t0"]))
     return {"fires_per_s_one_dispatcher": median_of(rates), "runs": [round(x) for x in rates]}
+
+
+def insert_cron_jobs(count: int, *, cron: str, behind: dt.timedelta) -> None:
+    """Insert ``count`` cron jobs (skip policy, 60 s grace) whose next fire
+    was ``behind`` ago, on the minute, as after an outage of that length."""
+    owner = bench_owner().pk
+    secret = crypto.encrypt(crypto.generate_secret())
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            WITH base AS (SELECT date_trunc('minute', now()) - %(behind)s AS t0)
+            INSERT INTO jobs_job (
+                id, owner_id, name, description, cron, interval_seconds, timezone,
+                target_kind, url, payload, timeout_seconds, max_attempts,
+                retry_backoff_seconds, misfire_policy, max_catchup, misfire_grace_seconds,
+                overlap_policy, jitter_seconds, state, pause_note, consecutive_failures,
+                next_fire_at, secret_encrypted, previous_secret_encrypted, version,
+                created_at, updated_at, start_at)
+            SELECT gen_random_uuid(), %(owner)s, 'bench-' || g, '', %(cron)s, NULL, 'UTC',
+                   'webhook', 'http://127.0.0.1:9/', '{"bench": true}', 30, 3, 1, 'skip', 3,
+                   60, 'skip', 0, 'active', '', 0,
+                   base.t0, %(secret)s, '', 1, base.t0, base.t0, NULL
+            FROM generate_series(1, %(count)s) AS g, base
+            """,
+            # psycopg adapts a timedelta to an interval; the stubs' list of SQL types omits it.
+            {"owner": owner, "cron": cron, "behind": behind, "count": count, "secret": secret},  # type: ignore[dict-item]
+        )
+        cur.execute("ANALYZE jobs_job")
+
+
+RECOVERY_CHECK = """
+    SELECT j.id, j.next_fire_at AS first_fire,
+           count(*) FILTER (WHERE r.state = 'missed') AS missed,
+           count(*) AS runs, min(r.created_at) AS now
+    FROM jobs_job AS j JOIN runs_run AS r ON r.job_id = j.id
+    GROUP BY j.id
+"""
+
+
+def scenario_recovery(*, jobs: int, batch: int, repeat: int, force: bool) -> dict:
+    """Drain ``jobs`` per-minute cron jobs a day behind, timing each tick (one
+    transaction, so the time the jobs stay locked), and check the outcome."""
+    from runs.planning import MAX_MISSED_ROWS
+
+    behind = dt.timedelta(hours=24)
+    totals, longest, ticks = [], [], []
+    for _ in range(repeat):
+        reset(force)
+        insert_cron_jobs(jobs, cron="* * * * *", behind=behind)
+        with connection.cursor() as cur:
+            cur.execute("SELECT min(next_fire_at) FROM jobs_job")
+            first_fire = cur.fetchone()[0]
+        d = Dispatcher(batch_size=batch)
+        durations = []
+        while True:
+            t0 = time.perf_counter()
+            result = d.tick()
+            durations.append(time.perf_counter() - t0)
+            if result.jobs == 0:
+                break
+        totals.append(sum(durations))
+        longest.append(max(durations))
+        ticks.append(len(durations) - 1)
+        with connection.cursor() as cur:
+            cur.execute(RECOVERY_CHECK)
+            rows = cur.fetchall()
+        assert len(rows) == jobs, f"{len(rows)} of {jobs} jobs got runs"
+        for _job, _first, missed, _runs, _now in rows:
+            assert missed == MAX_MISSED_ROWS, f"a job got {missed} missed rows"
+    return {
+        "behind_hours": behind.total_seconds() / 3600,
+        "first_fire": first_fire.isoformat(),
+        "locked_s_total": round(statistics.median(totals), 3),
+        "locked_s_longest_tick": round(statistics.median(longest), 3),
+        "ticks": ticks,
+        "runs": {
+            "total_s": [round(x, 3) for x in totals],
+            "longest_s": [round(x, 3) for x in longest],
+        },
+    }
 
 
 # -- processes ------------------------------------------------------------------
