@@ -111,7 +111,10 @@ class Dispatcher:
                 return fast
             exclusive_ids = [j.id for j in due if j.overlap_policy != "allow"]
             active = queries.active_counts(exclusive_ids)
-            runs, advances, unreadable = [], [], []
+            runs: list[tuple] = []
+            advances: list[queries.Advance] = []
+            unreadable = []
+            counted = 0
             for job in due:
                 try:
                     plan = plan_job(job, now, *active.get(job.id, (0, 0)))
@@ -123,34 +126,26 @@ class Dispatcher:
                     log.exception("schedule cannot be read", extra={"job_id": str(job.id)})
                     unreadable.append((job.id, str(exc) or type(exc).__name__))
                     continue
-                offset = dt.timedelta(seconds=jitter_offset(job.id, job.jitter_seconds))
-                for r in plan.runs:
-                    waiting = r.state == PENDING
-                    runs.append(
-                        (
-                            job.id,
-                            r.scheduled_at,
-                            r.kind,
-                            r.state,
-                            r.reason,
-                            job.max_attempts,
-                            r.scheduled_at + offset if waiting else None,
-                            None if waiting else now,
-                            job.target_kind,
-                            job.overlap_policy != "allow",
-                        )
+                position = len(advances)
+                advances.append(
+                    queries.Advance(
+                        id=job.id,
+                        next_fire_at=plan.next_fire_at,
+                        max_attempts=job.max_attempts,
+                        target_kind=job.target_kind,
+                        exclusive=job.overlap_policy != "allow",
+                        jitter=dt.timedelta(seconds=jitter_offset(job.id, job.jitter_seconds)),
                     )
-                advances.append((job.id, plan.next_fire_at))
-                if plan.missed_counted:
-                    log.warning(
-                        "misfires beyond the recorded cap",
-                        extra={
-                            "job_id": str(job.id),
-                            "counted": plan.missed_counted,
-                            "since": plan.missed_since.isoformat() if plan.missed_since else None,
-                        },
-                    )
-            created = queries.insert_runs_and_advance(now, runs, advances)
+                )
+                runs.extend(
+                    (position, r.scheduled_at, r.kind, r.state, r.reason) for r in plan.runs
+                )
+                counted += plan.missed_counted
+            if counted:
+                # One line per tick, not per job: a recovery can count misses
+                # for thousands of jobs at once.
+                log.warning("misfires beyond the recorded cap", extra={"counted": counted})
+            created = queries.insert_runs_and_advance(now, advances, runs)
             for job_id, problem in unreadable:
                 job_verbs.pause_unreadable(job_id, problem=problem)
         if created.get("missed") or created.get("skipped"):

@@ -51,9 +51,10 @@ def test_ticking_again_at_the_same_time_creates_nothing(owner):
 def test_a_fire_inserted_twice_is_one_run(owner):
     """The unique (job, scheduled_at) key, not code, makes a second insert a no-op."""
     job = make_job(owner)
-    row = (job.pk, T0, "scheduled", "pending", "", 3, T0, None, "webhook", True)
-    assert queries.insert_runs_and_advance(T0, [row], [(job.pk, T0 + S)]) == {"pending": 1}
-    assert queries.insert_runs_and_advance(T0, [row], [(job.pk, T0 + S)]) == {}
+    advance = queries.Advance(id=job.pk, next_fire_at=T0 + S)
+    row = (0, T0, "scheduled", "pending", "")
+    assert queries.insert_runs_and_advance(T0, [advance], [row]) == {"pending": 1}
+    assert queries.insert_runs_and_advance(T0, [advance], [row]) == {}
     assert len(runs_of(job)) == 1
 
 
