@@ -107,14 +107,24 @@ def _due_fires(job: DueJob, now: dt.datetime) -> DueFires:
     counted, and the first fire after now.
 
     The tail is the newest MAX_MISSED_ROWS + max_catchup + 1 fires: room for
-    the recorded misfires, the catch-up runs and a fire within grace. It is
-    found by searching back from now, and the fires before it are counted a
-    local day at a time (jobs/schedules.py), so a recovery costs the same
-    after an hour or a year down.
+    the recorded misfires, the catch-up runs and a fire within grace. Interval
+    schedules are plain arithmetic. A cron's tail is found by searching back
+    from now, and the fires before it are counted a local day at a time
+    (jobs/schedules.py), so a recovery costs the same after an hour or a year
+    down.
     """
-    schedule = job.schedule
     start = job.next_fire_at
-    kept = schedule.latest_fires(start, now, MAX_MISSED_ROWS + max(job.max_catchup, 1) + 1)
+    keep = MAX_MISSED_ROWS + max(job.max_catchup, 1) + 1
+    if job.interval_seconds:
+        # Arithmetic from next_fire_at, as the SQL fast path advances it
+        # (dispatch/queries.py): the same fires whichever path takes the job.
+        step = dt.timedelta(seconds=job.interval_seconds)
+        total = (now - start) // step + 1
+        first_kept = max(0, total - keep)
+        kept = [start + step * k for k in range(first_kept, total)]
+        return DueFires(kept, first_kept, start if first_kept else None, start + step * total)
+    schedule = job.schedule
+    kept = schedule.latest_fires(start, now, keep)
     older = schedule.count_fires_between(start, kept[0]) if kept else 0
     oldest = next(schedule.iter_fires(start, inclusive=True), None) if older else None
     return DueFires(kept, older, oldest, schedule.next_fire(now))
