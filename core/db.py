@@ -24,12 +24,26 @@ if TYPE_CHECKING:
     from django.db.backends.utils import CursorWrapper
 
 
+# The database clock, as every due and lease decision reads it.
+# statement_timestamp(), not now(): now() is frozen at the start of the
+# transaction, and callers may be inside a long-lived one.
+#
+# ``punctual.clock_offset`` is fault injection for tests, never set in
+# production: an interval added to the database clock, for one session
+# (``SET punctual.clock_offset = '24 hours'``) or for every new connection of
+# a database (``ALTER DATABASE … SET punctual.clock_offset = …``). It is how
+# the tests jump the clock by hours ("the dispatcher was down for a day")
+# without waiting, for every process at once.
+DB_NOW_SQL = (
+    "(statement_timestamp()"
+    " + coalesce(nullif(current_setting('punctual.clock_offset', true), ''), '0')::interval)"
+)
+
+
 def db_now(using: str = "default") -> dt.datetime:
     """The database's current time, as an aware UTC datetime."""
     with connections[using].cursor() as cur:
-        # statement_timestamp(), not now(): now() is frozen at the start of
-        # the transaction, and callers may be inside a long-lived one.
-        cur.execute("SELECT statement_timestamp()")
+        cur.execute(f"SELECT {DB_NOW_SQL}")
         return cur.fetchone()[0].astimezone(dt.UTC)
 
 

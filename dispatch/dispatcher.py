@@ -10,8 +10,9 @@
 2. Read how many runs each has running and waiting (overlap policy).
 3. Plan each job's fires up to the database's ``now()`` (runs/planning.py:
    misfire and overlap policies, pure).
-4. Insert the runs with ``ON CONFLICT DO NOTHING`` and advance ``next_fire_at``
-   in one statement, then commit.
+4. Insert the runs with ``ON CONFLICT DO NOTHING``, advance ``next_fire_at``
+   and add the misfires counted past the recorded cap to the job's and its
+   open schedule span's ``missed_count``, in one statement, then commit.
 
 ``run_once()`` ticks until the due set is drained (beating its fleet row
 between ticks when a beat is due), then does housekeeping: heartbeat,
@@ -135,6 +136,8 @@ class Dispatcher:
                         target_kind=job.target_kind,
                         exclusive=job.overlap_policy != "allow",
                         jitter=dt.timedelta(seconds=jitter_offset(job.id, job.jitter_seconds)),
+                        missed_counted=plan.missed_counted,
+                        missed_since=plan.missed_since,
                     )
                 )
                 runs.extend(
@@ -142,9 +145,9 @@ class Dispatcher:
                 )
                 counted += plan.missed_counted
             if counted:
-                # One line per tick, not per job: a recovery can count misses
-                # for thousands of jobs at once.
-                log.warning("misfires beyond the recorded cap", extra={"counted": counted})
+                # Stored per job by the insert below; one line per tick, not
+                # per job: a recovery can count misses for thousands at once.
+                log.warning("misfires beyond the recorded cap, counted", extra={"counted": counted})
             created = queries.insert_runs_and_advance(now, advances, runs)
             for job_id, problem in unreadable:
                 job_verbs.pause_unreadable(job_id, problem=problem)
@@ -211,6 +214,7 @@ class Dispatcher:
         from runs import outcomes, retention
 
         now = queries.db_now()
+        outcomes.cancel_stopped(now)
         outcomes.fail_exhausted(now)
         cutoff = now - dt.timedelta(days=settings.PUNCTUAL_RUN_RETENTION_DAYS)
         # Keep up with the fire rate (2k fires/s is 10k runs per round), but

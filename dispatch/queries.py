@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.db import DB_NOW_SQL, dict_cursor
 from core.db import db_now as _db_now
-from core.db import dict_cursor
 from runs.planning import DueJob
 
 # The columns of DueJob, in its field names.
@@ -56,6 +56,12 @@ ACTIVE_COUNTS = """
 # crashed earlier tick that did commit) already inserted a no-op: the unique
 # key is the guarantee against a duplicate fire, not this code.
 #
+# Fires past a recovery's recorded cap (runs/planning.py: missed_counted) are
+# added to the job's missed_count, the first of them kept as missed_since
+# unless an earlier outage set it, and to the open schedule span's
+# missed_count, which the auditor reconciles (jobs/history.py). Jobs without
+# such fires add 0 and keep their missed_since (theirs is NULL here).
+#
 # A recovery writes up to ~100 rows per job, so the rows are sent compactly:
 # what is the job's (id, attempts, target, overlap, jitter) once per job, and
 # per row only the job's position, the fire and the position of its (kind,
@@ -85,9 +91,17 @@ INSERT_RUNS_AND_ADVANCE = """
         ON CONFLICT (job_id, scheduled_at) DO NOTHING
         RETURNING state
     ), adv AS (
-        UPDATE jobs_job AS j SET next_fire_at = a.nxt
-        FROM unnest(%(ids)s::uuid[], %(next)s::timestamptz[]) AS a(id, nxt)
+        UPDATE jobs_job AS j
+        SET next_fire_at = a.nxt,
+            missed_count = j.missed_count + a.missed,
+            missed_since = coalesce(j.missed_since, a.since)
+        FROM unnest(%(ids)s::uuid[], %(next)s::timestamptz[], %(missed)s::bigint[],
+                    %(missed_since)s::timestamptz[]) AS a(id, nxt, missed, since)
         WHERE j.id = a.id
+    ), span AS (
+        UPDATE jobs_schedulespan AS s SET missed_count = s.missed_count + a.missed
+        FROM unnest(%(ids)s::uuid[], %(missed)s::bigint[]) AS a(id, missed)
+        WHERE s.job_id = a.id AND s.ended_at IS NULL AND a.missed > 0
     )
     SELECT state, count(*) AS runs FROM ins GROUP BY state
 """
@@ -154,11 +168,11 @@ EARLIEST_NEXT_FIRE = """
 # clock, so a skewed host clock cannot make it sleep past a fire. Filtered by
 # the dispatcher's shard: another shard's overdue job is not this one's work,
 # and counting it would make this dispatcher poll at its minimum sleep.
-SECONDS_TO_EARLIEST = """
+SECONDS_TO_EARLIEST = f"""
     SELECT extract(
-        epoch FROM min(next_fire_at) - coalesce(%(now)s::timestamptz, statement_timestamp())
+        epoch FROM min(next_fire_at) - coalesce(%(now)s::timestamptz, {DB_NOW_SQL})
     ) AS wait
-    FROM jobs_job WHERE state = 'active' {shard}
+    FROM jobs_job WHERE state = 'active' {{shard}}
 """
 
 
@@ -216,6 +230,8 @@ class Advance:
     target_kind: str = "webhook"
     exclusive: bool = True
     jitter: dt.timedelta = dt.timedelta(0)
+    missed_counted: int = 0  # fires missed past the recorded cap, counted only
+    missed_since: dt.datetime | None = None  # the first of them
 
 
 def insert_runs_and_advance(
@@ -247,6 +263,8 @@ def insert_runs_and_advance(
         "targets": [a.target_kind for a in advances],
         "exclusive": [a.exclusive for a in advances],
         "jitter": [a.jitter for a in advances],
+        "missed": [a.missed_counted for a in advances],
+        "missed_since": [a.missed_since if a.missed_counted else None for a in advances],
     }
     with dict_cursor() as cur:
         cur.execute(INSERT_RUNS_AND_ADVANCE, params)

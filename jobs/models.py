@@ -19,7 +19,7 @@ from django.db import models, transaction
 from django.db.models import F, Q
 
 from core.db import db_now
-from jobs import crypto
+from jobs import crypto, history
 from jobs.limits import MAX_LENGTHS, RANGES
 from jobs.schedules import Schedule
 
@@ -127,6 +127,10 @@ class Job(models.Model):
     resume_at = models.DateTimeField(null=True, blank=True)
     consecutive_failures = models.PositiveIntegerField(default=0)
     next_fire_at = models.DateTimeField(null=True, blank=True)
+    # Fires past the recorded cap of a recovery (README "Design choices"):
+    # counted, never listed. ``missed_since`` is the earliest of them.
+    missed_count = models.PositiveBigIntegerField(default=0, db_default=0, editable=False)
+    missed_since = models.DateTimeField(null=True, blank=True, editable=False)
 
     # Fernet tokens (jobs/crypto.py); the plain secret is never stored.
     secret_encrypted = models.TextField(editable=False)
@@ -180,7 +184,9 @@ class Job(models.Model):
                 self.created_at = now
             if self.state == JobState.ACTIVE and self.next_fire_at is None:
                 self.next_fire_at = self.compute_next_fire(now)
-            super().save(*args, **kwargs)
+            with transaction.atomic():
+                super().save(*args, **kwargs)
+                history.record_spans([self.pk], now)
             return
         # An existing row is written field by field: a full-row save of a copy
         # read earlier writes back every column it holds, and that is how a
@@ -294,6 +300,59 @@ class Job(models.Model):
         self.refresh_from_db()
         self.record_event("secret_rotated", actor=actor, channel=channel)
         return new_secret
+
+
+class SpanState(models.TextChoices):
+    ACTIVE = "active", "Active"
+    PAUSED = "paused", "Paused"
+    DELETED = "deleted", "Deleted"
+
+
+class ScheduleSpan(models.Model):
+    """Schedule history: one row per stretch of time in which a job's state
+    and schedule stayed the same (jobs/history.py writes them).
+
+    A span covers the fires ``started_at < scheduled_at <= ended_at`` (the
+    open span has no ``ended_at``). Every time is the database's. The auditor
+    (runs/audit.py) reads this table, not the job row: it holds every schedule
+    the job ever had, and when each was in force.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="spans")
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(max_length=10, choices=SpanState.choices)
+    cron = models.CharField(max_length=MAX_LENGTHS["cron"], null=True, blank=True)
+    interval_seconds = models.PositiveIntegerField(null=True, blank=True)
+    timezone = models.CharField(max_length=MAX_LENGTHS["timezone"])
+    start_at = models.DateTimeField(null=True, blank=True)
+    # The interval anchor (the job's created_at).
+    anchor = models.DateTimeField()
+    # Fires of this span past a recovery's recorded cap: counted, not listed.
+    missed_count = models.PositiveBigIntegerField(default=0, db_default=0)
+
+    class Meta:
+        ordering = ["job", "started_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job"], condition=Q(ended_at__isnull=True), name="span_one_open_per_job"
+            ),
+        ]
+        indexes = [models.Index(fields=["job", "started_at"], name="span_job_started_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.state} from {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+    @property
+    def schedule(self) -> Schedule:
+        return Schedule(
+            cron=self.cron,
+            interval_seconds=self.interval_seconds,
+            timezone=self.timezone,
+            start_at=self.start_at,
+            anchor=self.anchor,
+        )
 
 
 class JobEvent(models.Model):

@@ -303,25 +303,20 @@ class JobAdmin(OwnerScopedAdmin):
         else:
             changed = [name for name in form.changed_data if name in JOB_FIELDS]
             if changed:
-                # Only what the form changed: a pause, a failure count or a
-                # next fire written by another process meanwhile stays as it is.
-                update = set(changed)
-                if SCHEDULE_FIELDS.intersection(changed):
-                    obj.reschedule(actor=request.user, channel=Channel.ADMIN)
-                    update.add("next_fire_at")
-                obj.save(update_fields=sorted(update))
-                obj.record_event(
-                    "updated",
-                    actor=request.user,
-                    channel=Channel.ADMIN,
-                    changes={
-                        name: {
-                            "from": _jsonable(form.initial.get(name)),
-                            "to": _jsonable(form.cleaned_data.get(name)),
-                        }
-                        for name in changed
-                    },
-                )
+                # Only what the form changed (job_verbs.edit): a pause, a
+                # failure count or a next fire written by another process
+                # meanwhile stays as it is.
+                done = job_verbs.edit(obj, {name: form.cleaned_data.get(name) for name in changed})
+                if done:
+                    obj.record_event(
+                        "updated",
+                        actor=request.user,
+                        channel=Channel.ADMIN,
+                        changes={
+                            name: {"from": _jsonable(old), "to": _jsonable(new)}
+                            for name, (old, new) in done.items()
+                        },
+                    )
         if not change or SCHEDULE_FIELDS.intersection(form.changed_data):
             for risk in self._risks(obj, _now(obj)):
                 self.message_user(request, risk, messages.WARNING)

@@ -25,10 +25,62 @@ from django.db import transaction
 from django.db.models import F
 
 from core.db import db_now
+from jobs import history
 from jobs.models import Channel, Job, JobState, OverlapPolicy
-from runs.models import Run, RunKind
+from runs import planning
+from runs.models import Reason, Run, RunKind, RunState
 
 MAX_BACKFILL = 1000
+
+# The fields whose change moves the job's fires: an edit of one of them plans
+# what the old schedule already made due, then recomputes next_fire_at.
+SCHEDULE_FIELDS = frozenset({"cron", "interval_seconds", "timezone", "start_at"})
+# The fields the dispatcher's planning reads besides the schedule: an edit of
+# one of them plans the due fires under the old values first, as the
+# dispatcher would have a moment earlier.
+PLANNING_FIELDS = SCHEDULE_FIELDS | {
+    "target_kind",
+    "misfire_policy",
+    "max_catchup",
+    "misfire_grace_seconds",
+    "overlap_policy",
+    "jitter_seconds",
+    "max_attempts",
+}
+
+
+def settle_due_fires(current: Job, now: dt.datetime, *, stopping: str | None = None) -> int:
+    """Plan the fires that are due (``next_fire_at <= now``) but that no
+    dispatcher has reached yet, so that a pause, a delete or an edit that
+    commits while fires are due never drops them (README "Design choices").
+
+    ``current`` is the job's locked row. Its due fires are planned as the
+    dispatcher would plan them (runs/planning.py). When the job is stopping
+    (``stopping`` is the reason, ``paused`` or ``deleted``), a fire that would
+    have run is recorded ``skipped`` with that reason instead: no attempt of
+    a paused or deleted job may start. Fires past the recorded cap are added
+    to the stored missed count. Returns the runs recorded.
+    """
+    if current.state != JobState.ACTIVE or current.next_fire_at is None:
+        return 0
+    if current.next_fire_at > now:
+        return 0
+    due = planning.DueJob.from_row(current)
+    running = Run.objects.filter(job_id=current.pk, state=RunState.RUNNING).count()
+    waiting = Run.objects.filter(
+        job_id=current.pk, state__in=(RunState.PENDING, RunState.RETRYING)
+    ).count()
+    plan = planning.plan_job(due, now, running, waiting)
+    rows = []
+    for planned in plan.runs:
+        state, reason = planned.state, planned.reason
+        if stopping and state == planning.PENDING:
+            state, reason = planning.SKIPPED, stopping
+        rows.append((planned.scheduled_at, planned.kind, state, reason))
+    created = Run.objects.create_planned(current, rows, now=now)
+    history.add_missed(current.pk, plan.missed_counted, plan.missed_since)
+    current.next_fire_at = plan.next_fire_at
+    return created
 
 
 @transaction.atomic
@@ -49,6 +101,23 @@ def pause(
     current = job.locked()
     if current is None:
         return 0
+    return _pause_locked(
+        current, now, note=note, resume_at=resume_at, actor=actor, channel=channel, job=job
+    )
+
+
+def _pause_locked(
+    current: Job,
+    now: dt.datetime,
+    *,
+    note: str,
+    resume_at: dt.datetime | None,
+    actor=None,
+    channel: str,
+    job: Job | None = None,
+) -> int:
+    """The pause, on the job's locked row ``current``."""
+    settle_due_fires(current, now, stopping=Reason.PAUSED)
     # Pausing a paused job changes its note and resume_at, not when the
     # pause began: that is where a catch-up resume counts fires from.
     if current.state != JobState.PAUSED or current.paused_at is None:
@@ -58,9 +127,11 @@ def pause(
     current.resume_at = resume_at
     current.next_fire_at = None
     current.save(update_fields=["state", "pause_note", "paused_at", "resume_at", "next_fire_at"])
-    job.refresh_from_db()
-    cancelled = Run.objects.cancel_waiting(job_id=job.pk, reason="paused", now=now)
-    job.record_event(
+    history.record_spans([current.pk], now)
+    if job is not None:
+        job.refresh_from_db()
+    cancelled = Run.objects.cancel_waiting(job_id=current.pk, reason=Reason.PAUSED, now=now)
+    current.record_event(
         "paused",
         actor=actor,
         channel=channel,
@@ -122,6 +193,7 @@ def resume(
             "consecutive_failures",
         ]
     )
+    history.record_spans([current.pk], now)
     job.refresh_from_db()
     plan["created"] = Run.objects.create_for_fires(job, catch_up_fires, kind=RunKind.CATCH_UP)
     job.record_event(
@@ -186,11 +258,13 @@ def soft_delete(job: Job, *, actor=None, channel: str = Channel.API) -> int:
     current = job.locked()
     if current is None:
         return 0
+    settle_due_fires(current, now, stopping=Reason.DELETED)
     current.deleted_at = now
     current.next_fire_at = None
     current.save(update_fields=["deleted_at", "next_fire_at"])
+    history.record_spans([current.pk], now)
     job.refresh_from_db()
-    cancelled = Run.objects.cancel_waiting(job_id=job.pk, reason="deleted", now=now)
+    cancelled = Run.objects.cancel_waiting(job_id=job.pk, reason=Reason.DELETED, now=now)
     job.record_event("deleted", actor=actor, channel=channel, changes={"cancelled_runs": cancelled})
     return cancelled
 
@@ -222,10 +296,73 @@ def pause_unreadable(job_id, *, problem: str) -> bool:
         next_fire_at=None,
         version=F("version") + 1,
     )
-    cancelled = Run.objects.cancel_waiting(job_id=job_id, reason="paused", now=now)
+    history.record_spans([job_id], now)
+    cancelled = Run.objects.cancel_waiting(job_id=job_id, reason=Reason.PAUSED, now=now)
     paused.record_event(
         "paused",
         channel=Channel.SYSTEM,
         changes={"note": note, "resume_at": None, "cancelled_runs": cancelled},
     )
     return True
+
+
+def pause_by_system(job_id, *, note: str, now: dt.datetime) -> bool:
+    """The auto-pause (410 Gone, a failure streak), inside the caller's
+    transaction: the pause verb on the locked row, for a job that is still
+    active and not deleted. An owner's pause, resume or delete that committed
+    first is kept. Returns whether the job was paused."""
+    current = (
+        Job.objects.select_for_update()
+        .filter(pk=job_id, state=JobState.ACTIVE, deleted_at__isnull=True)
+        .first()
+    )
+    if current is None:
+        return False
+    _pause_locked(current, now, note=note, resume_at=None, channel=Channel.SYSTEM)
+    return True
+
+
+@transaction.atomic
+def edit(job: Job, values: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Change a job's fields (an API PUT/PATCH, an admin form), on its locked
+    row. Returns ``{field: (old, new)}`` for what changed; the caller records
+    the event in the same transaction. Sending what is already there changes
+    nothing: no new version.
+
+    In one transaction, on the locked row:
+
+    1. The fires the old schedule already made due are planned under the old
+       values (settle_due_fires), so an edit never drops them.
+    2. A schedule change recomputes ``next_fire_at`` from now.
+    3. A target kind change cancels the waiting runs (reason ``target
+       changed``): a waiting pull run would otherwise block the new webhook
+       runs forever, and they were made for a target that is gone.
+    4. The schedule history gets a new span when the schedule changed.
+    """
+    now = db_now()
+    current = job.locked()
+    if current is None:
+        raise Job.DoesNotExist("The job was deleted.")
+    changes = {
+        name: (getattr(current, name), value)
+        for name, value in values.items()
+        if getattr(current, name) != value
+    }
+    if not changes:
+        return {}
+    next_fire_before = current.next_fire_at
+    if PLANNING_FIELDS.intersection(changes):
+        settle_due_fires(current, now)
+    fields = set(changes)
+    for name, (_old, new) in changes.items():
+        setattr(current, name, new)
+    if SCHEDULE_FIELDS.intersection(changes) and current.state == JobState.ACTIVE:
+        current.next_fire_at = current.compute_next_fire(now)
+    if current.next_fire_at != next_fire_before:
+        fields.add("next_fire_at")
+    current.save(update_fields=sorted(fields))
+    history.record_spans([current.pk], now)
+    if "target_kind" in changes:
+        Run.objects.cancel_waiting(job_id=current.pk, reason=Reason.TARGET_CHANGED, now=now)
+    job.refresh_from_db()
+    return changes

@@ -37,7 +37,6 @@ from jobs.models import Channel, Job, JobEvent
 from jobs.schedules import Schedule, cron_risks
 from runs import job_verbs
 from runs.job_serializers import (
-    SCHEDULE_FIELDS,
     BackfillResultSerializer,
     BackfillSerializer,
     FiresSerializer,
@@ -71,7 +70,6 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 PRECONDITION_FAILED = error_response("If-Match does not name the current version.")
 KEY_REUSED = error_response(UnprocessableKey.default_detail)
 DATETIME = serializers.DateTimeField()
-SCHEDULE_FIELDS_SET = frozenset(SCHEDULE_FIELDS)
 
 
 class JobCursor(CursorPagination):
@@ -213,22 +211,16 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
                 job, data=request.data, partial=partial, context=self.context(now=db_now())
             )
             body.is_valid(raise_exception=True)
-            changes = {}
-            for name, value in body.validated_data.items():
-                old = getattr(job, name)
-                if old != value:
-                    changes[name] = {"from": _jsonable(old), "to": _jsonable(value)}
-                    setattr(job, name, value)
-            # Sending what is already there is not a change: no new version, no event.
-            if changes:
-                # Only what the request changed (and the next fire it moves):
-                # the row is locked, but a column this request did not send
-                # is still not its to write.
-                fields = list(changes)
-                if SCHEDULE_FIELDS_SET.intersection(changes):
-                    job.reschedule(actor=request.user, channel=Channel.API)
-                    fields.append("next_fire_at")
-                _save(job, fields)
+            # Only what the request changed (job_verbs.edit): the row is
+            # locked, but a column this request did not send is still not its
+            # to write. Sending what is already there is not a change: no new
+            # version, no event.
+            changed = job_verbs.edit(job, body.validated_data)
+            if changed:
+                changes = {
+                    name: {"from": _jsonable(old), "to": _jsonable(new)}
+                    for name, (old, new) in changed.items()
+                }
                 job.record_event(
                     "updated", actor=request.user, channel=Channel.API, changes=changes
                 )

@@ -87,77 +87,123 @@ _TAKE = """
     WHERE r.id = c.id AND j.id = r.job_id
 """
 
-# The attempt that lost its lease, recorded as ``lease_expired``: a CTE step
-# over the locked runs ``c``, shared by the expired-lease claim below and the
-# dispatcher's fail_exhausted (runs/outcomes.py). ON CONFLICT: the attempt row
-# may already exist when its worker wrote it just before losing the lease.
-RECORD_LOST_ATTEMPTS = """
+
+def record_lost_attempts(outcome: str, error: str) -> str:
+    """A CTE step over the locked runs ``c``: the attempt of each run in ``c``
+    that was still ``running`` (its lease lost), recorded with ``outcome``.
+    Waiting runs in ``c`` have no attempt in flight and get no row. ON
+    CONFLICT: the attempt row may already exist when its worker wrote it just
+    before losing the lease."""
+    return f"""
     ), lost AS (
         INSERT INTO runs_attempt
             (run_id, number, worker, started_at, finished_at, outcome, error)
         SELECT r.id, r.attempt, r.lease_owner, r.attempt_started_at, %(now)s,
-               'lease_expired', 'lease expired: the worker stopped heartbeating'
+               '{outcome}', '{error}'
         FROM runs_run AS r JOIN c ON c.id = r.id
+        WHERE r.state = 'running'
         ON CONFLICT DO NOTHING
     )
 """
+
+
+# The attempt that lost its lease, recorded as ``lease_expired``: shared by the
+# expired-lease claim below and the dispatcher's fail_exhausted
+# (runs/outcomes.py).
+RECORD_LOST_ATTEMPTS = record_lost_attempts(
+    "lease_expired", "lease expired: the worker stopped heartbeating"
+)
+
+# Only runs of live jobs are ever claimed, and the claim locks each job row
+# FOR SHARE ... SKIP LOCKED next to its run row. Why no claim can start an
+# attempt after a pause or delete of the job has committed (READ COMMITTED):
+# every pause (the verbs in runs/job_verbs.py take the row FOR UPDATE, the
+# automatic pause in runs/outcomes.py updates it) and the delete hold a lock on
+# the job row that conflicts with FOR SHARE from before they change it until
+# they commit. So when the claim reaches the job row, either
+# - the pause holds its lock: SKIP LOCKED drops the run from this claim; or
+# - the pause committed: locking the row reads its newest version and
+#   PostgreSQL re-checks ``state = 'active' AND deleted_at IS NULL`` on it
+#   (even when the claim's snapshot is older), so the run is dropped; or
+# - the pause has not taken its lock yet: the claim's share lock makes it
+#   wait until the claim commits, so the attempt started before the pause.
+# An unlocked join would see the job as of the statement's snapshot: a claim
+# that started just before the pause committed would take the run and commit
+# after it. The same lock makes the overlap test below read the job's current
+# overlap_policy (an edit also holds the row FOR UPDATE). Its cost: a claim
+# skips, for one round, the runs of a job whose row another transaction is
+# writing (a dispatcher advancing it, a completion updating its failure
+# streak), and the dispatcher skips a due job for one tick while a claim
+# holds it.
+JOB_IS_LIVE = "AND j.state = 'active' AND j.deleted_at IS NULL"
+LOCK_RUN_AND_JOB = "FOR UPDATE OF r SKIP LOCKED FOR SHARE OF j SKIP LOCKED"
 
 # Worker claim loop and the pull API's claim, first statement: running runs
 # whose lease expired (their worker died or stalled) are taken over at once
 # with attempt + 1, and the lost attempt is recorded. ``lease_until < now``
 # re-checked under the row lock keeps a run whose holder just heartbeated
 # from being taken; ``attempt < max_attempts`` leaves runs with no attempt
-# left to fail_exhausted (runs/outcomes.py).
+# left to fail_exhausted (runs/outcomes.py). A run of a paused or deleted job
+# is not taken over: the dispatcher's cancel_stopped (runs/outcomes.py) ends it.
 CLAIM_EXPIRED = (
     """
     WITH c AS (
-        SELECT r.id FROM runs_run AS r
+        SELECT r.id FROM runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id
         WHERE r.state = 'running' AND r.target_kind = %(target)s
           AND r.lease_until < %(now)s AND r.attempt < r.max_attempts {scope}
+          """
+    + JOB_IS_LIVE
+    + """
         ORDER BY r.lease_until
         LIMIT %(limit)s
-        FOR UPDATE OF r SKIP LOCKED
-"""
+        """
+    + LOCK_RUN_AND_JOB
     + RECORD_LOST_ATTEMPTS
     + _TAKE
     + _RETURNING_CLAIMED
 )
 
 # Worker claim loop and the pull API's claim, second statement: due waiting
-# runs (uses run_claim_webhook_idx / run_claim_pull_idx). Under overlap
-# skip/queue a run waits while another run of its job is running, or while an
-# earlier one is still waiting: that is what makes a queued fire start only
-# when the one ahead ends, and it keeps two runs of one job out of the same
-# batch (the partial unique index run_one_running_per_exclusive_job is the
-# backstop). The CTE fence stops the planner from updating more than LIMIT
-# rows, and SKIP LOCKED lets concurrent claimers take disjoint batches instead
-# of the same run twice.
+# runs of live jobs (uses run_claim_webhook_idx / run_claim_pull_idx). Under
+# the job's current overlap policy skip/queue a run waits while another run of
+# its job is running, or while an earlier one is still waiting, whatever
+# policy the runs were created under: that is what makes a queued fire start
+# only when the one ahead ends, and it keeps two runs of one job out of the
+# same batch. A run created under skip/queue (``exclusive``) also keeps waiting
+# for the other exclusive ones after a change to ``allow``: the partial unique
+# index run_one_running_per_exclusive_job, the backstop, counts those flags.
+# The CTE fence stops the planner from updating more than LIMIT rows, and
+# SKIP LOCKED lets concurrent claimers take disjoint batches instead of the
+# same run twice.
 CLAIM_WAITING = (
     """
     WITH c AS (
-        SELECT r.id FROM runs_run AS r
+        SELECT r.id FROM runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id
         WHERE r.state IN ('pending', 'retrying') AND r.target_kind = %(target)s
           AND r.available_at <= %(now)s {scope}
-          AND (NOT r.exclusive OR NOT EXISTS (
+          """
+    + JOB_IS_LIVE
+    + """
+          AND ((j.overlap_policy = 'allow' AND NOT r.exclusive) OR NOT EXISTS (
                 SELECT 1 FROM runs_run AS e
-                WHERE e.job_id = r.job_id AND e.exclusive AND e.id <> r.id
+                WHERE e.job_id = r.job_id AND e.id <> r.id
+                  AND (j.overlap_policy <> 'allow' OR e.exclusive)
                   AND (e.state = 'running'
                        OR (e.state IN ('pending', 'retrying')
                            AND (e.scheduled_at, e.id) < (r.scheduled_at, r.id)))))
         ORDER BY r.available_at
         LIMIT %(limit)s
-        FOR UPDATE OF r SKIP LOCKED
+        """
+    + LOCK_RUN_AND_JOB
+    + """
     )
 """
     + _TAKE
     + _RETURNING_CLAIMED
 )
 
-# A pull worker claims only its owner's live jobs (optionally one of them).
-PULL_SCOPE = (
-    "AND r.job_id IN (SELECT id FROM jobs_job WHERE owner_id = %(owner_id)s"
-    " AND deleted_at IS NULL {job})"
-)
+# A pull worker claims only its owner's jobs (optionally one of them).
+PULL_SCOPE = "AND j.owner_id = %(owner_id)s {job}"
 
 # The one lease rule, shared by HEARTBEAT and COMPLETE (runs/outcomes.py): a
 # run belongs to its current (lease_owner, attempt) until another claim takes
@@ -243,7 +289,7 @@ def claim(
     """
     scope = ""
     if job_owner_id is not None:
-        scope = PULL_SCOPE.format(job="AND id = %(job_id)s" if job_id else "")
+        scope = PULL_SCOPE.format(job="AND j.id = %(job_id)s" if job_id else "")
     with transaction.atomic():
         params: dict[str, Any] = {
             "owner": owner,

@@ -64,6 +64,7 @@ class Reason:
     PAUSED = "paused"
     DELETED = "deleted"
     LEASE_EXHAUSTED = "lease expired on the last attempt"
+    TARGET_CHANGED = "target changed"
 
 
 class RetryNotAllowed(Exception):
@@ -86,6 +87,33 @@ class RunQuerySet(models.QuerySet["Run"]):
             finished_at=now,
             available_at=None,
         )
+
+    def create_planned(
+        self, job: Job, rows: Iterable[tuple[dt.datetime, str, str, str]], *, now: dt.datetime
+    ) -> int:
+        """Insert the runs a plan decided, as ``(scheduled_at, kind, state,
+        reason)``: pending ones wait for a worker, the others are recorded as
+        finished at ``now``. Fires that already have a run are left alone."""
+        offset = dt.timedelta(seconds=jitter_offset(job.pk, job.jitter_seconds))
+        objs = [
+            self.model(
+                job=job,
+                scheduled_at=fire,
+                kind=kind,
+                state=state,
+                reason=reason,
+                available_at=fire + offset if state == RunState.PENDING else None,
+                finished_at=None if state == RunState.PENDING else now,
+                max_attempts=job.max_attempts,
+                target_kind=job.target_kind,
+                exclusive=job.overlap_policy != "allow",
+            )
+            for fire, kind, state, reason in rows
+        ]
+        if not objs:
+            return 0
+        self.bulk_create(objs, ignore_conflicts=True)
+        return len(objs)
 
     def create_for_fires(self, job: Job, fires: Iterable[dt.datetime], *, kind: str) -> int:
         """Insert pending runs for ``fires``; fires that already have a run are
@@ -245,7 +273,8 @@ class Attempt(models.Model):
         PERMANENT = "permanent", "Failed (permanent)"
         LEASE_EXPIRED = "lease_expired", "Lease expired"
         # Cut short by a worker's SIGTERM drain deadline; the run was released
-        # and this attempt did not count against max_attempts.
+        # and this attempt did not count against max_attempts. Or lost with its
+        # worker while the job was paused or deleted: the run was cancelled.
         INTERRUPTED = "interrupted", "Interrupted (worker stopped)"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")

@@ -25,8 +25,8 @@ from django.db import transaction
 
 from core.db import db_now, dict_cursor
 from runs import stats
-from runs.after_attempt import FAILED, SUCCEEDED, pause_after_streak
-from runs.leases import LEASE_HELD, RECORD_LOST_ATTEMPTS
+from runs.after_attempt import FAILED, RETRYING, SUCCEEDED, pause_after_streak
+from runs.leases import JOB_IS_LIVE, LEASE_HELD, RECORD_LOST_ATTEMPTS, record_lost_attempts
 
 log = logging.getLogger("punctual.leases")
 
@@ -66,7 +66,8 @@ class Completed:
 # attempt deadline passed, must not overwrite the newer attempt (its row no
 # longer matches, so it is reported stale). A retry of a job paused or deleted
 # meanwhile becomes cancelled instead, so a pause that raced the delivery still
-# stops the job.
+# stops the job: LOCK_RETRYING_JOBS runs first, so this statement's snapshot
+# shows every pause that committed before it.
 COMPLETE = (
     """
     WITH v AS (
@@ -100,6 +101,23 @@ COMPLETE = (
 """
 )
 
+# Same transaction as COMPLETE, just before it, when some result would retry:
+# a key-share lock on those jobs' rows. The pause and delete verbs
+# (runs/job_verbs.py) take the job row FOR UPDATE before they cancel the
+# waiting runs, so either the verb committed before this lock was granted,
+# and COMPLETE (a later statement, with a later snapshot) sees the job paused
+# and cancels the retry; or the verb waits for this transaction, and its
+# cancel, a statement that starts after this commit, sees the retry and
+# cancels it. Without the lock, a COMPLETE whose snapshot predates the pause
+# left a ``retrying`` run that the pause's cancel did not see. KEY SHARE does
+# not conflict with JOB_STREAKS's row update, so two completions of one job
+# cannot deadlock on it; it does not hold off an automatic pause written by
+# another completion either, and cancel_stopped catches that retry.
+# Sorted ids: two completions lock shared jobs in the same order.
+LOCK_RETRYING_JOBS = """
+    SELECT id FROM jobs_job WHERE id = ANY(%(ids)s::uuid[]) ORDER BY id FOR KEY SHARE
+"""
+
 # Same transaction as COMPLETE, for the applied results only. The unique
 # (run, number) key turns an attempt recorded twice (a completion retried
 # after a lost commit acknowledgement) into a no-op.
@@ -131,33 +149,22 @@ JOB_STREAKS = """
     RETURNING j.id, j.consecutive_failures, j.pause_after_failures, j.state
 """
 
-# Same transaction as COMPLETE (or FAIL_EXHAUSTED): the automatic pause, the
-# system's own use of the pause verb. One guarded UPDATE: it takes each job's
-# row lock (JOB_STREAKS usually holds it already) and PostgreSQL re-checks
-# ``state = 'active' AND deleted_at IS NULL`` on the latest committed row, so
-# a job the owner paused, or deleted since the worker read it stays as
-# the owner left it. It writes the pause columns only and bumps ``version``
-# in SQL: a full-row save of a copy read earlier is how an owner's PATCH,
-# committed between that read and the pause, was reverted.
-AUTO_PAUSE = """
-    UPDATE jobs_job AS j SET state = 'paused', paused_at = %(now)s, pause_note = p.note,
-        resume_at = NULL, next_fire_at = NULL, version = j.version + 1, updated_at = %(now)s
-    FROM unnest(%(ids)s::uuid[], %(notes)s::text[]) AS p(id, note)
-    WHERE j.id = p.id AND j.state = 'active' AND j.deleted_at IS NULL
-    RETURNING j.id, j.owner_id, p.note
-"""
-
-# Dispatcher housekeeping: runs whose last allowed attempt lost its lease end
-# failed, and the lost attempt is recorded. FOR UPDATE re-checks
+# Dispatcher housekeeping: runs of live jobs whose last allowed attempt lost
+# its lease end failed, and the lost attempt is recorded (those of paused or
+# deleted jobs are CANCEL_STOPPED's). FOR UPDATE re-checks
 # ``lease_until < now`` under the row lock, so a run whose worker completed
 # or heartbeated it meanwhile is left alone; SKIP LOCKED lets several
 # dispatchers reap at once without waiting on each other (or on a claimer).
 FAIL_EXHAUSTED = (
     """
     WITH c AS (
-        SELECT id FROM runs_run
-        WHERE state = 'running' AND lease_until < %(now)s AND attempt >= max_attempts
-        FOR UPDATE SKIP LOCKED
+        SELECT r.id FROM runs_run AS r
+        WHERE r.state = 'running' AND r.lease_until < %(now)s
+          AND r.attempt >= r.max_attempts
+          AND EXISTS (SELECT 1 FROM jobs_job AS j WHERE j.id = r.job_id """
+    + JOB_IS_LIVE
+    + """)
+        FOR UPDATE OF r SKIP LOCKED
 """
     + RECORD_LOST_ATTEMPTS
     + """
@@ -166,6 +173,43 @@ FAIL_EXHAUSTED = (
         last_error = 'lease expired on the last attempt'
     FROM c WHERE r.id = c.id
     RETURNING r.id, r.job_id, r.attempt
+"""
+)
+
+# Dispatcher housekeeping, next to FAIL_EXHAUSTED: the runs a pause or delete
+# could not stop end ``cancelled`` with the reason ``paused`` or ``deleted``:
+# - running runs whose lease expired (their worker died or stalled): the claim
+#   no longer takes them over (runs/leases.py), and the lost attempt is
+#   recorded ``interrupted``, whatever attempts were left;
+# - retrying runs: a worker released at shutdown, or a retry a completion
+#   wrote while another completion's automatic pause committed;
+# - pending runs of a deleted job (a manual run triggered as it was deleted).
+#   A pending run of a paused job stays: the owner triggered or backfilled it
+#   while the job was paused, and it starts once the job is resumed.
+# None of them can have started an attempt meanwhile (the claim takes runs of
+# live jobs only). FOR UPDATE re-checks the run's state and lease under its
+# row lock, and FOR SHARE the job's state: a run its worker completed or
+# heartbeated, or a job resumed meanwhile, is left alone.
+CANCEL_STOPPED = (
+    """
+    WITH c AS (
+        SELECT r.id, CASE WHEN j.deleted_at IS NULL THEN 'paused' ELSE 'deleted' END AS reason
+        FROM runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id
+        WHERE r.state IN ('pending', 'running', 'retrying')
+          AND (j.state <> 'active' OR j.deleted_at IS NOT NULL)
+          AND (r.state = 'retrying'
+               OR (r.state = 'running' AND r.lease_until < %(now)s)
+               OR (r.state = 'pending' AND j.deleted_at IS NOT NULL))
+        FOR UPDATE OF r SKIP LOCKED FOR SHARE OF j SKIP LOCKED
+"""
+    + record_lost_attempts(
+        "interrupted", "interrupted: the lease expired, and the job was paused or deleted"
+    )
+    + """
+    UPDATE runs_run AS r SET state = 'cancelled', reason = c.reason, finished_at = %(now)s,
+        lease_owner = '', lease_until = NULL, available_at = NULL
+    FROM c WHERE r.id = c.id
+    RETURNING r.id, r.job_id, r.reason
 """
 )
 
@@ -189,9 +233,12 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
     if not results:
         return done
     by_id = {r.run_id: r for r in results}
+    retrying_jobs = sorted({r.job_id for r in results if r.state == RETRYING})
     with transaction.atomic():
         now = now or db_now()
         with dict_cursor() as cur:
+            if retrying_jobs:
+                cur.execute(LOCK_RETRYING_JOBS, {"ids": retrying_jobs})
             cur.execute(
                 COMPLETE,
                 {
@@ -306,39 +353,41 @@ def fail_exhausted(now: dt.datetime | None = None) -> int:
     return len(rows)
 
 
+def cancel_stopped(now: dt.datetime | None = None) -> int:
+    """Runs of paused or deleted jobs that nothing else will stop end
+    ``cancelled`` (CANCEL_STOPPED). Returns the number of runs cancelled."""
+    with transaction.atomic(), dict_cursor() as cur:
+        cur.execute(CANCEL_STOPPED, {"now": now or db_now()})
+        rows = cur.fetchall()
+    for row in rows:
+        log.warning(
+            "run cancelled: its job was paused or deleted",
+            extra={"run_id": str(row["id"]), "job_id": str(row["job_id"]), "reason": row["reason"]},
+        )
+    return len(rows)
+
+
 def _pause(pauses: list[tuple[uuid.UUID, str]], now: dt.datetime) -> list[tuple[uuid.UUID, str]]:
     """Pause jobs that asked for it (410 Gone, failure streak), inside the
     caller's transaction; returns the jobs paused.
 
-    1. Pause the jobs still active and not deleted (AUTO_PAUSE, guarded).
-    2. Cancel their waiting runs, as the pause verb does.
-    3. Record a ``paused`` event for each, through the system channel.
+    Each goes through the pause verb on its locked row (job_verbs.
+    pause_by_system), only if it is still active and not deleted, so the
+    fires already due are recorded, the waiting runs cancelled, the schedule
+    history and the event written, exactly as for an owner's pause. Jobs are
+    taken in id order, so two completions pausing the same jobs cannot
+    deadlock.
     """
-    from jobs.models import Channel, JobEvent
-    from runs.models import Run
+    from runs import job_verbs
 
     notes: dict[uuid.UUID, str] = {}
     for job_id, note in pauses:
         notes.setdefault(job_id, note)  # the first reason wins
-    if not notes:
-        return []
-    with dict_cursor() as cur:
-        cur.execute(AUTO_PAUSE, {"now": now, "ids": list(notes), "notes": list(notes.values())})
-        rows = cur.fetchall()
-    events = []
-    for row in rows:
-        cancelled = Run.objects.cancel_waiting(job_id=row["id"], reason="paused", now=now)
-        events.append(
-            JobEvent(
-                job_id=row["id"],
-                owner_id=row["owner_id"],
-                channel=Channel.SYSTEM,
-                action="paused",
-                changes={"note": row["note"], "resume_at": None, "cancelled_runs": cancelled},
+    paused = []
+    for job_id in sorted(notes):
+        if job_verbs.pause_by_system(job_id, note=notes[job_id], now=now):
+            log.warning(
+                "job paused automatically", extra={"job_id": str(job_id), "note": notes[job_id]}
             )
-        )
-        log.warning(
-            "job paused automatically", extra={"job_id": str(row["id"]), "note": row["note"]}
-        )
-    JobEvent.objects.bulk_create(events)
-    return [(row["id"], row["note"]) for row in rows]
+            paused.append((job_id, notes[job_id]))
+    return paused

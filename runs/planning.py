@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from jobs.schedules import Schedule
 
@@ -40,6 +40,12 @@ class DueJob:
     jitter_seconds: int = 0
     max_attempts: int = 3
     target_kind: str = "webhook"
+
+    @classmethod
+    def from_row(cls, row: object) -> DueJob:
+        """The decision's columns, read from a job (a model instance or any
+        object with the same attribute names)."""
+        return cls(**{f.name: getattr(row, f.name) for f in fields(cls)})
 
     @property
     def schedule(self) -> Schedule:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 
+from django.db import connection
+
 from jobs.models import Job
 
 _names = itertools.count()
@@ -23,3 +25,25 @@ def make_job(owner, **fields) -> Job:
 def at(text: str) -> dt.datetime:
     """'2026-01-01T00:00:00' -> aware UTC datetime."""
     return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
+
+
+def rewrite_job(job: Job, **fields) -> None:
+    """Set a job's columns directly, as if it had always been so: its
+    schedule history is rewritten to match, one span from its created_at in
+    its current state. For tests that place a job at a fixed past time (the
+    schedule-history guard refuses a state or schedule change without it)."""
+    Job.objects.filter(pk=job.pk).update(**fields)
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM jobs_schedulespan WHERE job_id = %s", [job.pk])
+        cur.execute(
+            """
+            INSERT INTO jobs_schedulespan (job_id, started_at, state, cron, interval_seconds,
+                timezone, start_at, anchor, missed_count)
+            SELECT id, created_at,
+                   CASE WHEN deleted_at IS NOT NULL THEN 'deleted' ELSE state END,
+                   cron, interval_seconds, timezone, start_at, created_at, 0
+            FROM jobs_job WHERE id = %s
+            """,
+            [job.pk],
+        )
+    job.refresh_from_db()

@@ -20,7 +20,7 @@ from jobs.models import Job
 from runs import job_verbs
 from runs.audit import Kind, audit
 from runs.models import Run
-from tests.factories import at, make_job
+from tests.factories import at, make_job, rewrite_job
 
 pytestmark = pytest.mark.django_db
 
@@ -36,7 +36,7 @@ def iso(value: dt.datetime) -> str:
 def every_minute_job(owner, fires: int = 6, **fields) -> Job:
     """A 60 s interval job anchored at T0, dispatched for ``fires`` fires."""
     job = make_job(owner, interval_seconds=60, overlap_policy="allow", **fields)
-    Job.objects.filter(pk=job.pk).update(created_at=T0 - MIN, start_at=T0, next_fire_at=T0)
+    rewrite_job(job, created_at=T0 - MIN, start_at=T0, next_fire_at=T0)
     job.refresh_from_db()
     for k in range(fires):
         Dispatcher().tick(now=T0 + k * MIN)

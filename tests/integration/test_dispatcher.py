@@ -12,7 +12,7 @@ from dispatch.dispatcher import Dispatcher
 from jobs.models import Job
 from runs import job_verbs
 from runs.models import Run
-from tests.factories import at, make_job
+from tests.factories import at, make_job, rewrite_job
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +21,7 @@ S = dt.timedelta(seconds=1)
 
 
 def due_at(job: Job, when: dt.datetime) -> Job:
-    Job.objects.filter(pk=job.pk).update(next_fire_at=when, created_at=when, start_at=when)
+    rewrite_job(job, next_fire_at=when, created_at=when, start_at=when)
     job.refresh_from_db()
     return job
 
@@ -61,8 +61,12 @@ def test_a_fire_inserted_twice_is_one_run(owner):
 def test_paused_jobs_are_not_dispatched(owner):
     job = due_at(make_job(owner), T0)
     job_verbs.pause(job, note="maintenance")
+    # The pause recorded the fires already due (none may run); the dispatcher
+    # adds nothing after it.
+    recorded = runs_of(job)
+    assert recorded and {r.state for r in recorded} <= {"missed", "skipped"}
     assert Dispatcher().tick(now=T0 + S).created == {}
-    assert runs_of(job) == []
+    assert runs_of(job) == recorded
 
 
 def test_outage_under_skip_records_missed_runs_and_resumes_in_the_future(owner):
@@ -211,8 +215,8 @@ def test_a_job_whose_schedule_cannot_be_read_is_paused_and_the_rest_fire(
     good = [make_job(owner, **cron), make_job(owner, **cron), make_job(owner)]
     bad = make_job(owner, **cron)
     for job in [*good, bad]:
-        Job.objects.filter(pk=job.pk).update(next_fire_at=T0, created_at=T0, start_at=None)
-    Job.objects.filter(pk=bad.pk).update(**{column: value})
+        rewrite_job(job, next_fire_at=T0, created_at=T0, start_at=None)
+    rewrite_job(bad, **{column: value})
 
     result = Dispatcher().tick(now=T0 + S)
 
@@ -251,3 +255,39 @@ def test_the_fleet_row_is_beaten_during_a_long_drain(owner):
     # Four ticks (three batches of one, then an empty one); the row exists
     # from the second on, long before the housekeeping after the last.
     assert dispatcher.seen == [False, True, True, True]
+
+
+def test_misfires_past_the_row_cap_are_counted_on_the_job_and_its_open_span(owner):
+    """A per-minute cron a day behind: 100 missed rows, the newest; every older
+    fire is added to missed_count (the job's and its open schedule span's),
+    the first of them as missed_since. A second outage adds to the count and
+    keeps the first missed_since; a job with nothing counted is untouched."""
+    from jobs.models import ScheduleSpan
+
+    start = T0 - dt.timedelta(days=1)
+    job = due_at(make_job(owner, cron="* * * * *", misfire_grace_seconds=30), start)
+    quiet = due_at(make_job(owner, cron="* * * * *", misfire_grace_seconds=30), T0)
+    now = T0 + 10 * S
+    Dispatcher().tick(now=now)
+
+    fires = 24 * 60 + 1  # every minute in [start, T0]
+    runs = runs_of(job)
+    assert [r.state for r in runs].count("missed") == 100
+    assert len(runs) == 101 and runs[-1].scheduled_at == T0  # T0 is within grace
+    job.refresh_from_db()
+    assert job.missed_count == fires - 101
+    assert job.missed_since == start
+    span = ScheduleSpan.objects.get(job=job, ended_at__isnull=True)
+    assert span.missed_count == fires - 101
+    quiet.refresh_from_db()
+    assert (quiet.missed_count, quiet.missed_since) == (0, None)
+
+    # A second day-long outage adds its own count; missed_since stays the first.
+    later = T0 + dt.timedelta(days=2)
+    Dispatcher().tick(now=later + 10 * S)
+    job.refresh_from_db()
+    second = (later - (T0 + 60 * S)) // (60 * S) + 1  # fires in [T0 + 1 min, later]
+    assert job.missed_count == (fires - 101) + (second - 101)
+    assert job.missed_since == start
+    span = ScheduleSpan.objects.get(job=job, ended_at__isnull=True)
+    assert span.missed_count == job.missed_count

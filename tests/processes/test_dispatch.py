@@ -12,8 +12,9 @@ from django.db.models import Count
 from core.db import db_now
 from dispatch.models import ProcessHeartbeat
 from jobs.models import Job
+from runs import job_verbs
 from runs.models import Run
-from tests.factories import make_job
+from tests.factories import make_job, rewrite_job
 from tests.processes.conftest import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -133,7 +134,8 @@ def test_overlap_seen_at_the_receiver(owner, processes, receiver):
     assert Run.objects.filter(job=exclusive[0], state="skipped", reason="overlap").exists()
     assert Run.objects.filter(job=exclusive[1], state="skipped", reason="overlap").exists()
 
-    Job.objects.filter(pk__in=[j.pk for j in exclusive]).update(state="paused")
+    for job in exclusive:
+        job_verbs.pause(job)
     make_job(
         owner,
         name="allow",
@@ -156,7 +158,7 @@ def test_a_job_whose_schedule_cannot_be_read_does_not_stop_the_dispatcher(owner,
     good.append(make_job(owner, cron="* * * * *", interval_seconds=None, name="good-cron"))
     bad = make_job(owner, cron="* * * * *", interval_seconds=None, name="bad-zone")
     Job.objects.filter(pk__in=[good[-1].pk, bad.pk]).update(next_fire_at=db_now())
-    Job.objects.filter(pk=bad.pk).update(timezone="US/Pacific-New")
+    rewrite_job(bad, timezone="US/Pacific-New")
     dispatcher = processes.manage("dispatch")
 
     wait_until(

@@ -13,7 +13,7 @@ from core.db import db_now
 from jobs.models import Job, JobEvent
 from runs import job_verbs
 from runs.models import Run
-from tests.factories import at, make_job
+from tests.factories import at, make_job, rewrite_job
 from tests.integration.api.support import PUBLIC_URL, token_client
 
 pytestmark = pytest.mark.django_db
@@ -234,7 +234,7 @@ def test_resume_with_catch_up_runs_the_last_max_catchup_fires(api, owner):
     job = make_job(owner, interval_seconds=60, max_catchup=2)
     job_verbs.pause(job)
     ten_minutes_ago = db_now() - dt.timedelta(minutes=10)
-    Job.objects.filter(pk=job.pk).update(created_at=ten_minutes_ago, paused_at=ten_minutes_ago)
+    rewrite_job(job, created_at=ten_minutes_ago, paused_at=ten_minutes_ago)
     answer = api.post(f"{JOBS}{job.pk}/resume/", {"catch_up": True}, format="json").json()
     assert len(answer["resume"]["catch_up"]) == 2 and answer["resume"]["created"] == 2
     assert Run.objects.filter(job=job, kind="catch_up").count() == 2
