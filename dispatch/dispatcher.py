@@ -10,11 +10,13 @@
 2. Read how many runs each has running and waiting (overlap policy).
 3. Plan each job's fires up to the database's ``now()`` (runs/planning.py:
    misfire and overlap policies, pure).
-4. Insert the runs with ``ON CONFLICT DO NOTHING`` and advance ``next_fire_at``
-   in one statement, then commit.
+4. Insert the runs with ``ON CONFLICT DO NOTHING``, advance ``next_fire_at``
+   and add the misfires counted past the recorded cap to the job's and its
+   open schedule span's ``missed_count``, in one statement, then commit.
 
-``run_once()`` ticks until the due set is drained, then does housekeeping:
-heartbeat, ``resume_at`` auto-resumes, failing runs whose last lease expired,
+``run_once()`` ticks until the due set is drained (beating its fleet row
+between ticks when a beat is due), then does housekeeping: heartbeat,
+``resume_at`` auto-resumes, failing runs whose last lease expired,
 and a small batch of retention pruning. ``run_forever()`` sleeps until the
 earliest next fire (capped at MAX_SLEEP) between rounds, so fires don't wait
 on a fixed poll.
@@ -111,7 +113,10 @@ class Dispatcher:
                 return fast
             exclusive_ids = [j.id for j in due if j.overlap_policy != "allow"]
             active = queries.active_counts(exclusive_ids)
-            runs, advances, unreadable = [], [], []
+            runs: list[tuple] = []
+            advances: list[queries.Advance] = []
+            unreadable = []
+            counted = 0
             for job in due:
                 try:
                     plan = plan_job(job, now, *active.get(job.id, (0, 0)))
@@ -123,30 +128,28 @@ class Dispatcher:
                     log.exception("schedule cannot be read", extra={"job_id": str(job.id)})
                     unreadable.append((job.id, str(exc) or type(exc).__name__))
                     continue
-                offset = dt.timedelta(seconds=jitter_offset(job.id, job.jitter_seconds))
-                for r in plan.runs:
-                    waiting = r.state == PENDING
-                    runs.append(
-                        (
-                            job.id,
-                            r.scheduled_at,
-                            r.kind,
-                            r.state,
-                            r.reason,
-                            job.max_attempts,
-                            r.scheduled_at + offset if waiting else None,
-                            None if waiting else now,
-                            job.target_kind,
-                            job.overlap_policy != "allow",
-                        )
+                position = len(advances)
+                advances.append(
+                    queries.Advance(
+                        id=job.id,
+                        next_fire_at=plan.next_fire_at,
+                        max_attempts=job.max_attempts,
+                        target_kind=job.target_kind,
+                        exclusive=job.overlap_policy != "allow",
+                        jitter=dt.timedelta(seconds=jitter_offset(job.id, job.jitter_seconds)),
+                        missed_counted=plan.missed_counted,
+                        missed_since=plan.missed_since,
                     )
-                advances.append((job.id, plan.next_fire_at))
-                if plan.missed_uncounted:
-                    log.warning(
-                        "misfires beyond the recorded cap",
-                        extra={"job_id": str(job.id), "uncounted": plan.missed_uncounted},
-                    )
-            created = queries.insert_runs_and_advance(now, runs, advances)
+                )
+                runs.extend(
+                    (position, r.scheduled_at, r.kind, r.state, r.reason) for r in plan.runs
+                )
+                counted += plan.missed_counted
+            if counted:
+                # Stored per job by the insert below; one line per tick, not
+                # per job: a recovery can count misses for thousands at once.
+                log.warning("misfires beyond the recorded cap, counted", extra={"counted": counted})
+            created = queries.insert_runs_and_advance(now, advances, runs)
             for job_id, problem in unreadable:
                 job_verbs.pause_unreadable(job_id, problem=problem)
         if created.get("missed") or created.get("skipped"):
@@ -180,14 +183,22 @@ class Dispatcher:
                 total.created[state] = total.created.get(state, 0) + n
             if result.jobs < self.batch_size:
                 break
+            # Draining a long outage can take many ticks; the fleet row must
+            # not go stale meanwhile, or health would call this dispatcher
+            # dead while it is busiest.
+            self._beat_if_due()
         self.housekeeping(fires=total.fires)
         return total
 
-    def housekeeping(self, fires: int = 0) -> None:
+    def _beat_if_due(self) -> None:
         mono = time.monotonic()
         if mono >= self._next_beat:
             self._next_beat = mono + HEARTBEAT_EVERY
             self.registration.beat(stopping=self.stopping.is_set())
+
+    def housekeeping(self, fires: int = 0) -> None:
+        self._beat_if_due()
+        mono = time.monotonic()
         if mono >= self._next_sample:
             self._next_sample = mono + LAG_SAMPLE_EVERY
             now = queries.db_now()

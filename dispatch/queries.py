@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from core.db import DB_NOW_SQL, dict_cursor
@@ -54,6 +55,17 @@ ACTIVE_COUNTS = """
 # in one statement. ON CONFLICT makes a fire that another dispatcher (or a
 # crashed earlier tick that did commit) already inserted a no-op: the unique
 # key is the guarantee against a duplicate fire, not this code.
+#
+# Fires past a recovery's recorded cap (runs/planning.py: missed_counted) are
+# added to the job's missed_count, the first of them kept as missed_since
+# unless an earlier outage set it, and to the open schedule span's
+# missed_count, which the auditor reconciles (jobs/history.py). Jobs without
+# such fires add 0 and keep their missed_since (theirs is NULL here).
+#
+# A recovery writes up to ~100 rows per job, so the rows are sent compactly:
+# what is the job's (id, attempts, target, overlap, jitter) once per job, and
+# per row only the job's position, the fire and the position of its (kind,
+# state, reason) among the batch's few distinct ones.
 INSERT_RUNS_AND_ADVANCE = """
     WITH ins AS (
         INSERT INTO runs_run (
@@ -61,22 +73,35 @@ INSERT_RUNS_AND_ADVANCE = """
             available_at, lease_owner, created_at, finished_at, last_error,
             target_kind, exclusive
         )
-        SELECT gen_random_uuid(), r.job_id, r.scheduled_at, r.kind, r.state, r.reason, 0,
-               r.max_attempts, r.available_at, '', %(now)s, r.finished_at, '',
-               r.target_kind, r.exclusive
-        FROM unnest(
-            %(job_ids)s::uuid[], %(scheduled)s::timestamptz[], %(kinds)s::text[],
-            %(states)s::text[], %(reasons)s::text[], %(max_attempts)s::int[],
-            %(available)s::timestamptz[], %(finished)s::timestamptz[],
-            %(targets)s::text[], %(exclusive)s::bool[]
-        ) AS r(job_id, scheduled_at, kind, state, reason, max_attempts,
-               available_at, finished_at, target_kind, exclusive)
+        SELECT gen_random_uuid(), j.id, r.scheduled_at, s.kind, s.state, s.reason, 0,
+               j.max_attempts,
+               CASE WHEN s.state = 'pending' THEN r.scheduled_at + j.jitter END,
+               '', %(now)s,
+               CASE WHEN s.state <> 'pending' THEN %(now)s::timestamptz END,
+               '', j.target_kind, j.exclusive
+        FROM unnest(%(run_jobs)s::int[], %(run_at)s::timestamptz[], %(run_shapes)s::int[])
+                 AS r(job, scheduled_at, shape)
+        JOIN unnest(%(ids)s::uuid[], %(max_attempts)s::int[], %(targets)s::text[],
+                    %(exclusive)s::bool[], %(jitter)s::interval[])
+                 WITH ORDINALITY AS j(id, max_attempts, target_kind, exclusive, jitter, n)
+             ON j.n = r.job
+        JOIN unnest(%(kinds)s::text[], %(states)s::text[], %(reasons)s::text[])
+                 WITH ORDINALITY AS s(kind, state, reason, n)
+             ON s.n = r.shape
         ON CONFLICT (job_id, scheduled_at) DO NOTHING
         RETURNING state
     ), adv AS (
-        UPDATE jobs_job AS j SET next_fire_at = a.nxt
-        FROM unnest(%(adv_ids)s::uuid[], %(adv_next)s::timestamptz[]) AS a(id, nxt)
+        UPDATE jobs_job AS j
+        SET next_fire_at = a.nxt,
+            missed_count = j.missed_count + a.missed,
+            missed_since = coalesce(j.missed_since, a.since)
+        FROM unnest(%(ids)s::uuid[], %(next)s::timestamptz[], %(missed)s::bigint[],
+                    %(missed_since)s::timestamptz[]) AS a(id, nxt, missed, since)
         WHERE j.id = a.id
+    ), span AS (
+        UPDATE jobs_schedulespan AS s SET missed_count = s.missed_count + a.missed
+        FROM unnest(%(ids)s::uuid[], %(missed)s::bigint[]) AS a(id, missed)
+        WHERE s.job_id = a.id AND s.ended_at IS NULL AND a.missed > 0
     )
     SELECT state, count(*) AS runs FROM ins GROUP BY state
 """
@@ -194,30 +219,52 @@ def active_counts(job_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[int, in
         return {row["job_id"]: (row["running"], row["waiting"]) for row in cur.fetchall()}
 
 
+@dataclass(frozen=True)
+class Advance:
+    """One planned job's part of a tick's write: its next fire and what its
+    runs share."""
+
+    id: uuid.UUID
+    next_fire_at: dt.datetime | None
+    max_attempts: int = 3
+    target_kind: str = "webhook"
+    exclusive: bool = True
+    jitter: dt.timedelta = dt.timedelta(0)
+    missed_counted: int = 0  # fires missed past the recorded cap, counted only
+    missed_since: dt.datetime | None = None  # the first of them
+
+
 def insert_runs_and_advance(
-    now: dt.datetime, runs: list[tuple], advances: list[tuple]
+    now: dt.datetime, advances: Sequence[Advance], runs: Sequence[tuple]
 ) -> dict[str, int]:
     """Write a tick's runs and next fires. Returns inserted runs by state.
 
-    ``runs`` rows: (job_id, scheduled_at, kind, state, reason, max_attempts,
-    available_at, finished_at, target_kind, exclusive).
-    ``advances`` rows: (job_id, next_fire_at).
+    ``runs`` rows: (position of the job in ``advances``, scheduled_at, kind,
+    state, reason). A pending run is available at scheduled_at + the job's
+    jitter; any other is finished at ``now``.
     """
-    cols = list(zip(*runs, strict=True)) if runs else [()] * 10
+    shapes: dict[tuple[str, str, str], int] = {}
+    run_jobs, run_at, run_shapes = [], [], []
+    for job, scheduled_at, kind, state, reason in runs:
+        run_jobs.append(job + 1)  # WITH ORDINALITY counts from 1
+        run_at.append(scheduled_at)
+        run_shapes.append(shapes.setdefault((kind, state, reason), len(shapes) + 1))
     params: dict[str, Any] = {
         "now": now,
-        "job_ids": list(cols[0]),
-        "scheduled": list(cols[1]),
-        "kinds": list(cols[2]),
-        "states": list(cols[3]),
-        "reasons": list(cols[4]),
-        "max_attempts": list(cols[5]),
-        "available": list(cols[6]),
-        "finished": list(cols[7]),
-        "targets": list(cols[8]),
-        "exclusive": list(cols[9]),
-        "adv_ids": [a[0] for a in advances],
-        "adv_next": [a[1] for a in advances],
+        "run_jobs": run_jobs,
+        "run_at": run_at,
+        "run_shapes": run_shapes,
+        "kinds": [k for k, _, _ in shapes],
+        "states": [s for _, s, _ in shapes],
+        "reasons": [r for _, _, r in shapes],
+        "ids": [a.id for a in advances],
+        "next": [a.next_fire_at for a in advances],
+        "max_attempts": [a.max_attempts for a in advances],
+        "targets": [a.target_kind for a in advances],
+        "exclusive": [a.exclusive for a in advances],
+        "jitter": [a.jitter for a in advances],
+        "missed": [a.missed_counted for a in advances],
+        "missed_since": [a.missed_since if a.missed_counted else None for a in advances],
     }
     with dict_cursor() as cur:
         cur.execute(INSERT_RUNS_AND_ADVANCE, params)

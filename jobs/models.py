@@ -268,11 +268,17 @@ class Job(models.Model):
             self.next_fire_at = self.compute_next_fire(db_now())
 
     def fires_missed_while_paused(self, now: dt.datetime) -> list[dt.datetime]:
-        """The last ``max_catchup`` fires that fell inside the pause."""
-        if self.paused_at is None:
+        """The newest ``max_catchup`` fires f inside the pause, paused_at <= f < now.
+
+        Searched back from now, so a pause of years costs what a pause of an
+        hour does, and the fires are always the newest ones (a fire at now
+        itself is not caught up: resume schedules from after now, as before).
+        """
+        if self.paused_at is None or now <= self.paused_at:
             return []
-        fires = self.schedule.fires_between(self.paused_at, now, limit=1_000_000)
-        return fires[-self.max_catchup :]
+        return self.schedule.latest_fires(
+            self.paused_at, now - dt.timedelta(microseconds=1), self.max_catchup
+        )
 
     @transaction.atomic
     def rotate_secret(self, *, actor=None, channel: str = Channel.API) -> str:

@@ -83,8 +83,7 @@ def settle_due_fires(current: Job, now: dt.datetime, *, stopping: str | None = N
             state, reason = planning.SKIPPED, stopping
         rows.append((planned.scheduled_at, planned.kind, state, reason))
     created = Run.objects.create_planned(current, rows, now=now)
-    # The counted fires are the oldest due ones: they start at next_fire_at.
-    history.add_missed(current.pk, plan.missed_uncounted, due.next_fire_at)
+    history.add_missed(current.pk, plan.missed_counted, plan.missed_since)
     current.next_fire_at = plan.next_fire_at
     return created
 

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections import deque
 from dataclasses import dataclass, field, fields
 
 from jobs.schedules import Schedule
 
 # README "Design choices": at most 100 missed rows per job per recovery; any beyond are
-# only counted (and logged), never an uncapped burst of rows.
+# only counted (on the job: missed_count, missed_since), never an uncapped burst of rows.
 MAX_MISSED_ROWS = 100
-# A cron job down for years would take a while to enumerate minute by minute;
-# past this many fires the rest is jumped over and only counted as "at least".
-MAX_ENUMERATED_FIRES = 200_000
 
 SCHEDULED, CATCH_UP = "scheduled", "catch_up"
 PENDING, MISSED, SKIPPED = "pending", "missed", "skipped"
@@ -74,7 +70,10 @@ class PlannedRun:
 class Plan:
     runs: list[PlannedRun] = field(default_factory=list)
     next_fire_at: dt.datetime | None = None
-    missed_uncounted: int = 0  # misfires beyond the row cap: logged only
+    # Misfires beyond the row cap: counted exactly, not listed. missed_since is
+    # the earliest of them (None when there are none).
+    missed_counted: int = 0
+    missed_since: dt.datetime | None = None
 
     def count(self, state: str) -> int:
         return sum(1 for r in self.runs if r.state == state)
@@ -99,35 +98,42 @@ def overlap_skips(policy: str, running: int, waiting: int) -> bool:
     return False
 
 
-def _due_fires(job: DueJob, now: dt.datetime) -> tuple[list[dt.datetime], int, dt.datetime | None]:
-    """Fires in [next_fire_at, now], ascending, keeping only the tail that can
-    matter (the rest is returned as a count), and the first fire after now.
+@dataclass(frozen=True)
+class DueFires:
+    """A job's due fires: the newest ``kept`` listed, the older ones counted."""
 
-    Interval schedules are plain arithmetic, so a week-long outage of a 1 s job
-    costs nothing. Cron schedules are enumerated, up to a cap.
+    kept: list[dt.datetime]  # the newest due fires, ascending
+    older: int  # how many due fires precede kept[0]
+    oldest: dt.datetime | None  # the first of those older fires
+    upcoming: dt.datetime | None  # the first fire after now
+
+
+def _due_fires(job: DueJob, now: dt.datetime) -> DueFires:
+    """Fires in [next_fire_at, now]: the tail that can matter listed, the rest
+    counted, and the first fire after now.
+
+    The tail is the newest MAX_MISSED_ROWS + max_catchup + 1 fires: room for
+    the recorded misfires, the catch-up runs and a fire within grace. Interval
+    schedules are plain arithmetic. A cron's tail is found by searching back
+    from now, and the fires before it are counted a local day at a time
+    (jobs/schedules.py), so a recovery costs the same after an hour or a year
+    down.
     """
+    start = job.next_fire_at
     keep = MAX_MISSED_ROWS + max(job.max_catchup, 1) + 1
     if job.interval_seconds:
+        # Arithmetic from next_fire_at, as the SQL fast path advances it
+        # (dispatch/queries.py): the same fires whichever path takes the job.
         step = dt.timedelta(seconds=job.interval_seconds)
-        total = (now - job.next_fire_at) // step + 1
+        total = (now - start) // step + 1
         first_kept = max(0, total - keep)
-        fires = [job.next_fire_at + step * k for k in range(first_kept, total)]
-        return fires, first_kept, job.next_fire_at + step * total
-
+        kept = [start + step * k for k in range(first_kept, total)]
+        return DueFires(kept, first_kept, start if first_kept else None, start + step * total)
     schedule = job.schedule
-    tail: deque[dt.datetime] = deque(maxlen=keep)
-    seen = 0
-    upcoming = None
-    for fire in schedule.iter_fires(job.next_fire_at, inclusive=True):
-        if fire > now:
-            upcoming = fire
-            break
-        tail.append(fire)
-        seen += 1
-        if seen >= MAX_ENUMERATED_FIRES:
-            upcoming = schedule.next_fire(now)
-            break
-    return list(tail), seen - len(tail), upcoming
+    kept = schedule.latest_fires(start, now, keep)
+    older = schedule.count_fires_between(start, kept[0]) if kept else 0
+    oldest = next(schedule.iter_fires(start, inclusive=True), None) if older else None
+    return DueFires(kept, older, oldest, schedule.next_fire(now))
 
 
 def plan_job(job: DueJob, now: dt.datetime, running: int = 0, waiting: int = 0) -> Plan:
@@ -138,7 +144,9 @@ def plan_job(job: DueJob, now: dt.datetime, running: int = 0, waiting: int = 0) 
        late: that is "delayed", and shows as lag); older -> misfires.
     3. Misfire policy: ``skip`` records misfires as ``missed``; ``catch_up`` runs
        the most recent ``max_catchup`` of them (kind ``catch_up``) and records
-       older ones as ``missed``. Missed rows are capped at MAX_MISSED_ROWS.
+       older ones as ``missed``. Missed rows are capped at MAX_MISSED_ROWS,
+       the newest kept; older misfires are counted (missed_counted, and the
+       earliest as missed_since), never listed.
     4. Overlap policy over the runnable fires, given the job's runs already
        ``running`` and ``waiting`` (overlap_skips): ``skip`` records a fire as
        ``skipped`` while a run is running or waiting; ``queue`` keeps at most
@@ -147,11 +155,11 @@ def plan_job(job: DueJob, now: dt.datetime, running: int = 0, waiting: int = 0) 
        the claim query still runs them one at a time, oldest first.
     5. Advance next_fire_at to the first fire after now.
     """
-    fires, dropped, upcoming = _due_fires(job, now)
+    due = _due_fires(job, now)
     grace = dt.timedelta(seconds=job.misfire_grace_seconds)
-    misfires = [f for f in fires if now - f > grace]
-    on_time = fires[len(misfires) :]
-    plan = Plan(next_fire_at=upcoming)
+    misfires = [f for f in due.kept if now - f > grace]
+    on_time = due.kept[len(misfires) :]
+    plan = Plan(next_fire_at=due.upcoming)
 
     catch_up: list[dt.datetime] = []
     if job.misfire_policy == "catch_up" and misfires:
@@ -161,7 +169,10 @@ def plan_job(job: DueJob, now: dt.datetime, running: int = 0, waiting: int = 0) 
     else:
         reason = "past grace"
     recorded = misfires[-MAX_MISSED_ROWS:]
-    plan.missed_uncounted = dropped + len(misfires) - len(recorded)
+    unrecorded = misfires[: len(misfires) - len(recorded)]
+    plan.missed_counted = due.older + len(unrecorded)
+    if plan.missed_counted:
+        plan.missed_since = due.oldest if due.older else unrecorded[0]
     plan.runs.extend(PlannedRun(f, SCHEDULED, MISSED, reason) for f in recorded)
 
     for fire in catch_up:

@@ -51,9 +51,10 @@ def test_ticking_again_at_the_same_time_creates_nothing(owner):
 def test_a_fire_inserted_twice_is_one_run(owner):
     """The unique (job, scheduled_at) key, not code, makes a second insert a no-op."""
     job = make_job(owner)
-    row = (job.pk, T0, "scheduled", "pending", "", 3, T0, None, "webhook", True)
-    assert queries.insert_runs_and_advance(T0, [row], [(job.pk, T0 + S)]) == {"pending": 1}
-    assert queries.insert_runs_and_advance(T0, [row], [(job.pk, T0 + S)]) == {}
+    advance = queries.Advance(id=job.pk, next_fire_at=T0 + S)
+    row = (0, T0, "scheduled", "pending", "")
+    assert queries.insert_runs_and_advance(T0, [advance], [row]) == {"pending": 1}
+    assert queries.insert_runs_and_advance(T0, [advance], [row]) == {}
     assert len(runs_of(job)) == 1
 
 
@@ -229,3 +230,64 @@ def test_a_job_whose_schedule_cannot_be_read_is_paused_and_the_rest_fire(
     event = bad.events.get(action="paused")
     assert event.channel == "system" and event.changes["note"] == bad.pause_note
     assert Dispatcher().tick(now=T0 + 2 * S).jobs == 0
+
+
+def test_the_fleet_row_is_beaten_during_a_long_drain(owner):
+    """run_once ticks until nothing is due and only then does housekeeping; a
+    drain of many batches must still beat the fleet row on schedule, or
+    health reports the dispatcher dead while it works through an outage."""
+    from dispatch.models import ProcessHeartbeat
+
+    now = queries.db_now()
+    for _ in range(3):
+        due_at(make_job(owner, interval_seconds=3600), now - S)
+
+    class Observed(Dispatcher):
+        seen: list[bool] = []
+
+        def tick(self, now=None):
+            beaten = ProcessHeartbeat.objects.filter(name=self.registration.name).exists()
+            self.seen.append(beaten)
+            return super().tick(now)
+
+    dispatcher = Observed(batch_size=1)
+    dispatcher.run_once()
+    # Four ticks (three batches of one, then an empty one); the row exists
+    # from the second on, long before the housekeeping after the last.
+    assert dispatcher.seen == [False, True, True, True]
+
+
+def test_misfires_past_the_row_cap_are_counted_on_the_job_and_its_open_span(owner):
+    """A per-minute cron a day behind: 100 missed rows, the newest; every older
+    fire is added to missed_count (the job's and its open schedule span's),
+    the first of them as missed_since. A second outage adds to the count and
+    keeps the first missed_since; a job with nothing counted is untouched."""
+    from jobs.models import ScheduleSpan
+
+    start = T0 - dt.timedelta(days=1)
+    job = due_at(make_job(owner, cron="* * * * *", misfire_grace_seconds=30), start)
+    quiet = due_at(make_job(owner, cron="* * * * *", misfire_grace_seconds=30), T0)
+    now = T0 + 10 * S
+    Dispatcher().tick(now=now)
+
+    fires = 24 * 60 + 1  # every minute in [start, T0]
+    runs = runs_of(job)
+    assert [r.state for r in runs].count("missed") == 100
+    assert len(runs) == 101 and runs[-1].scheduled_at == T0  # T0 is within grace
+    job.refresh_from_db()
+    assert job.missed_count == fires - 101
+    assert job.missed_since == start
+    span = ScheduleSpan.objects.get(job=job, ended_at__isnull=True)
+    assert span.missed_count == fires - 101
+    quiet.refresh_from_db()
+    assert (quiet.missed_count, quiet.missed_since) == (0, None)
+
+    # A second day-long outage adds its own count; missed_since stays the first.
+    later = T0 + dt.timedelta(days=2)
+    Dispatcher().tick(now=later + 10 * S)
+    job.refresh_from_db()
+    second = (later - (T0 + 60 * S)) // (60 * S) + 1  # fires in [T0 + 1 min, later]
+    assert job.missed_count == (fires - 101) + (second - 101)
+    assert job.missed_since == start
+    span = ScheduleSpan.objects.get(job=job, ended_at__isnull=True)
+    assert span.missed_count == job.missed_count

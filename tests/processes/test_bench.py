@@ -38,6 +38,18 @@ def test_dispatch_scenario_reports_both_rates_and_makes_every_fire_once():
     assert {"cores", "python", "postgresql"} <= set(result["machine"])
 
 
+def test_recovery_scenario_records_100_missed_rows_and_counts_the_rest():
+    """The scenario asserts its own invariants (100 missed rows per job, every
+    other fire counted on the job and its span); here: that it ran them."""
+    [result] = bench("recovery", "--jobs", "20", "--repeat", "1")
+    assert result["scenario"] == "recovery"
+    assert result["ticks"][0] >= 1 and result["locked_s_total"] > 0
+    # 24 h of minutes, both ends included: 1,441 fires; 101 rows (100 missed,
+    # one on time); 1,340 counted. A tick that crosses a minute adds a row.
+    for fires, rows, counted in result["fires_rows_counted"]:
+        assert (fires - 1441, rows - 101, counted) in ((0, 0, 1340), (1, 1, 1340))
+
+
 def test_e2e_scenario_has_no_duplicate_or_lost_fires():
     [result] = bench("e2e", "--jobs", "50", "--duration", "4")
     assert result["duplicate_fires"] == 0

@@ -73,8 +73,86 @@ def test_missed_rows_are_capped_and_the_rest_only_counted():
     now = T0 + dt.timedelta(days=1)
     plan = plan_job(job(interval_seconds=1, misfire_grace_seconds=1), now)
     assert plan.count("missed") == MAX_MISSED_ROWS
-    assert plan.missed_uncounted == 86_400 + 1 - 2 - MAX_MISSED_ROWS
+    # 86,401 fires in [T0, now]; the last two are within the 1 s grace.
+    assert plan.missed_counted == 86_400 + 1 - 2 - MAX_MISSED_ROWS
+    assert plan.missed_since == T0
+    # The rows recorded are the newest misfires.
+    missed = [r.scheduled_at for r in plan.runs if r.state == "missed"]
+    assert missed[-1] == now - dt.timedelta(seconds=2)
     assert plan.next_fire_at == now + dt.timedelta(seconds=1)
+
+
+def test_nothing_counted_when_every_misfire_has_a_row():
+    plan = plan_job(job(), T0 + dt.timedelta(minutes=10, seconds=5))
+    assert (plan.missed_counted, plan.missed_since) == (0, None)
+
+
+def cron_job(**kw) -> DueJob:
+    return job(cron="* * * * *", interval_seconds=None, **kw)
+
+
+def test_a_long_cron_backlog_under_catch_up_runs_the_newest_fires():
+    """A per-minute cron 200 days (288,000 fires) behind: the catch-up runs
+    are the newest max_catchup misfires before now, not fires from months
+    ago; the missed rows are the 100 before those, and every older fire is
+    counted exactly, never listed."""
+    start = T0 - dt.timedelta(days=200)
+    now = T0 + dt.timedelta(seconds=30)
+    plan = plan_job(
+        cron_job(next_fire_at=start, misfire_policy="catch_up", misfire_grace_seconds=45), now
+    )
+    catch_up = [r.scheduled_at for r in plan.runs if r.kind == "catch_up"]
+    missed = [r.scheduled_at for r in plan.runs if r.state == "missed"]
+    on_time = [r.scheduled_at for r in plan.runs if r.kind == "scheduled" and r.state != "missed"]
+    minute = dt.timedelta(minutes=1)
+    # T0 itself is 30 s old, within the 45 s grace: it runs as scheduled.
+    assert on_time == [T0]
+    assert catch_up == [T0 - 3 * minute, T0 - 2 * minute, T0 - minute]
+    assert missed == [T0 - (3 + k) * minute for k in range(MAX_MISSED_ROWS, 0, -1)]
+    total = 200 * 1440 + 1  # every minute in [start, T0]
+    assert plan.missed_counted == total - 1 - 3 - MAX_MISSED_ROWS
+    assert plan.missed_since == start
+    assert plan.next_fire_at == T0 + minute
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York", "Australia/Lord_Howe"])
+@pytest.mark.parametrize("policy", ["skip", "catch_up"])
+def test_counts_are_exact_across_dst(zone, policy):
+    """Counted + listed = every fire of the outage, whatever the zone does.
+    Days to months of a half-hourly wall-clock cron over a spring-forward and a
+    fall-back, checked against plain enumeration."""
+    j = job(
+        cron="*/30 * * * *",
+        interval_seconds=None,
+        timezone=zone,
+        next_fire_at=dt.datetime(2026, 3, 1, tzinfo=dt.UTC),
+        misfire_policy=policy,
+        misfire_grace_seconds=1,
+    )
+    for now in (
+        dt.datetime(2026, 3, 10, 0, 0, 5, tzinfo=dt.UTC),
+        dt.datetime(2026, 4, 10, 0, 0, 5, tzinfo=dt.UTC),
+        dt.datetime(2026, 11, 9, 0, 0, 5, tzinfo=dt.UTC),
+    ):
+        fires = []
+        for f in j.schedule.iter_fires(j.next_fire_at, inclusive=True):
+            if f > now:
+                break
+            fires.append(f)
+        plan = plan_job(j, now)
+        assert plan.missed_counted + len(plan.runs) == len(fires)
+        assert [r.scheduled_at for r in plan.runs] == fires[-len(plan.runs) :]
+        assert plan.missed_since == fires[0]
+        assert plan.next_fire_at == j.schedule.next_fire(now)
+
+
+def test_interval_and_cron_count_the_same_backlog_alike():
+    """A 60 s interval and a per-minute cron, both a day behind, plan alike."""
+    now = T0 + dt.timedelta(days=1, seconds=5)
+    by_interval = plan_job(job(), now)
+    by_cron = plan_job(cron_job(), now)
+    assert by_interval.missed_counted == by_cron.missed_counted == 1440 + 1 - 1 - MAX_MISSED_ROWS
+    assert [r.scheduled_at for r in by_interval.runs] == [r.scheduled_at for r in by_cron.runs]
 
 
 @pytest.mark.parametrize(

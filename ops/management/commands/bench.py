@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ops import bench
 
-SCENARIOS = ("dispatch", "scale", "e2e", "slow", "all")
+SCENARIOS = ("dispatch", "scale", "e2e", "slow", "recovery", "all")
 
 
 class Command(BaseCommand):
@@ -17,7 +17,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("scenario", choices=(*SCENARIOS, "drain"))
         parser.add_argument(
-            "--jobs", type=int, help="jobs (dispatch 100000, scale 1000000, e2e 2000)"
+            "--jobs",
+            type=int,
+            help="jobs (dispatch 100000, scale 1000000, e2e 2000, recovery 1000)",
         )
         parser.add_argument("--due", type=int, help="due jobs (dispatch/scale: 100000)")
         parser.add_argument("--batch-size", type=int, default=1000)
@@ -61,6 +63,9 @@ class Command(BaseCommand):
             }
             fn = bench.scenario_dispatch if scenario == "dispatch" else bench.scenario_scale
             return params, fn(**params, force=o["force"])
+        if scenario == "recovery":
+            params = {"jobs": o["jobs"] or 1000, "batch": o["batch_size"], "repeat": o["repeat"]}
+            return params, bench.scenario_recovery(**params, force=o["force"])
         if scenario == "e2e":
             params = {
                 "jobs": o["jobs"] or 2000,
