@@ -61,6 +61,13 @@ PRUNE_BUDGET = 0.5
 # A round that fails for another reason than the database being away waits
 # 1 s, 2 s, 4 s ... up to this, until a round succeeds again.
 MAX_BACKOFF = 30.0
+# At most about this many runs written per locked batch on the planned path.
+# A recovery writes up to ~100 rows per job (the missed cap); without a
+# budget, 1,000 such jobs are 100,000 rows under one set of row locks, and an
+# owner's write to any of them (and the fast path's next tick) waits seconds.
+# With it, each batch holds its locks for a fraction of a second, whatever
+# the outage, and the drain takes as many batches as it needs.
+ROW_BUDGET = 5000
 
 
 @dataclass
@@ -68,6 +75,8 @@ class TickResult:
     jobs: int = 0
     created: dict[str, int] = field(default_factory=dict)
     now: dt.datetime | None = None
+    # The batch stopped at a limit (batch size or row budget): more may be due.
+    more: bool = False
 
     @property
     def runs(self) -> int:
@@ -93,6 +102,9 @@ class Dispatcher:
         self._next_beat = 0.0
         self._next_sample = 0.0
         self._next_housekeeping = 0.0
+        # How many jobs the planned path locks per batch: batch_size, or
+        # fewer while a recovery writes many rows per job (ROW_BUDGET).
+        self._planned_limit = batch_size
 
     # -- one batch ------------------------------------------------------------
 
@@ -107,17 +119,27 @@ class Dispatcher:
                 now, self.batch_size, self.shard
             )
             if fast.jobs >= self.batch_size:
+                fast.more = True
                 return fast
-            due = queries.lock_due_jobs(now, self.batch_size - fast.jobs, self.shard)
+            limit = min(self.batch_size - fast.jobs, self._planned_limit)
+            due = queries.lock_due_jobs(now, limit, self.shard)
             if not due:
                 return fast
+            more = len(due) == limit
             exclusive_ids = [j.id for j in due if j.overlap_policy != "allow"]
             active = queries.active_counts(exclusive_ids)
             runs: list[tuple] = []
             advances: list[queries.Advance] = []
             unreadable = []
             counted = 0
+            planned = 0
             for job in due:
+                if len(runs) >= ROW_BUDGET:
+                    # The rest of the batch stays due, untouched: its locks go
+                    # at this commit and the next batch takes it.
+                    more = True
+                    break
+                planned += 1
                 try:
                     plan = plan_job(job, now, *active.get(job.id, (0, 0)))
                 except Exception as exc:
@@ -152,6 +174,10 @@ class Dispatcher:
             created = queries.insert_runs_and_advance(now, advances, runs)
             for job_id, problem in unreadable:
                 job_verbs.pause_unreadable(job_id, problem=problem)
+        # Lock only as many jobs next time as the budget lets this batch's
+        # rows per job through; back to the full batch once ticks are light.
+        per_job = len(runs) / max(1, planned)
+        self._planned_limit = max(1, min(self.batch_size, int(ROW_BUDGET / max(1.0, per_job))))
         if created.get("missed") or created.get("skipped"):
             # A recovery after an outage shows here, with how long this batch
             # held its jobs' row locks (an owner's write to one of them waits
@@ -161,14 +187,14 @@ class Dispatcher:
                 "fires not run",
                 extra={
                     "now": now.isoformat(),
-                    "jobs": len(due),
+                    "jobs": planned,
                     "locked_seconds": locked,
                     **created,
                 },
             )
         for state, n in fast.created.items():
             created[state] = created.get(state, 0) + n
-        return TickResult(jobs=fast.jobs + len(due), created=created, now=now)
+        return TickResult(jobs=fast.jobs + planned, created=created, now=now, more=more)
 
     # -- the loop -------------------------------------------------------------
 
@@ -181,7 +207,7 @@ class Dispatcher:
             total.now = result.now
             for state, n in result.created.items():
                 total.created[state] = total.created.get(state, 0) + n
-            if result.jobs < self.batch_size:
+            if not result.more:
                 break
             # Draining a long outage can take many ticks; the fleet row must
             # not go stale meanwhile, or health would call this dispatcher

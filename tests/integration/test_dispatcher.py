@@ -291,3 +291,31 @@ def test_misfires_past_the_row_cap_are_counted_on_the_job_and_its_open_span(owne
     assert job.missed_since == start
     span = ScheduleSpan.objects.get(job=job, ended_at__isnull=True)
     assert span.missed_count == job.missed_count
+
+
+def test_a_recovery_writes_at_most_the_row_budget_per_locked_batch(owner, monkeypatch):
+    """30 per-minute cron jobs a day behind are ~101 rows each; with a budget
+    of 500 rows a batch plans at most five of them (the sixth would pass the
+    budget), leaves the rest due and untouched, and the drain takes as many
+    batches as it needs: each batch's locks are short whatever the outage."""
+    from dispatch import dispatcher as dispatcher_module
+
+    monkeypatch.setattr(dispatcher_module, "ROW_BUDGET", 500)
+    jobs = [due_at(make_job(owner, cron="* * * * *"), T0 - dt.timedelta(days=1)) for _ in range(30)]
+    dispatcher = Dispatcher(batch_size=1000)
+    first = dispatcher.tick(now=T0)
+    assert first.more and 1 <= first.jobs <= 5
+    assert first.runs <= 500 + 101
+    untouched = Job.objects.filter(pk__in=[j.pk for j in jobs], next_fire_at__lt=T0)
+    assert untouched.count() == 30 - first.jobs
+    # The next batch locks only as many jobs as the budget lets through,
+    # rather than locking a thousand to plan five.
+    assert dispatcher._planned_limit <= 5
+    second = dispatcher.tick(now=T0)
+    assert second.jobs <= 5 and second.runs <= 500 + 101
+    while dispatcher.tick(now=T0).more:
+        pass
+    assert not untouched.exists()
+    for job in jobs:
+        job.refresh_from_db()
+        assert len(runs_of(job)) + job.missed_count == 24 * 60 + 1
