@@ -67,7 +67,7 @@ MAX_BACKOFF = 30.0
 # owner's write to any of them (and the fast path's next tick) waits seconds.
 # With it, each batch holds its locks for a fraction of a second, whatever
 # the outage, and the drain takes as many batches as it needs.
-ROW_BUDGET = 5000
+ROW_BUDGET = 2000
 
 
 @dataclass

@@ -79,7 +79,7 @@ def reset(force: bool) -> None:
     """Remove the bench's jobs and runs (everything, on a pure scratch database)."""
     with connection.cursor() as cur:
         if not force:
-            cur.execute("TRUNCATE runs_attempt, runs_run, jobs_jobevent, jobs_job CASCADE")
+            cur.execute("TRUNCATE runs_attempt, runs_run, jobs_jobevent, jobs_schedulespan, jobs_job CASCADE")
         else:
             owner = bench_owner().pk
             sub = "SELECT id FROM jobs_job WHERE owner_id = %s"
@@ -90,6 +90,7 @@ def reset(force: bool) -> None:
             )
             cur.execute(f"DELETE FROM runs_run WHERE job_id IN ({sub})", [owner])
             cur.execute(f"DELETE FROM jobs_jobevent WHERE job_id IN ({sub})", [owner])
+            cur.execute(f"DELETE FROM jobs_schedulespan WHERE job_id IN ({sub})", [owner])
             cur.execute("DELETE FROM jobs_job WHERE owner_id = %s", [owner])
 
 
