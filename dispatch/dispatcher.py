@@ -40,6 +40,7 @@ from django.db import (
 )
 
 from dispatch import fleet, queries
+from jobs import history
 from jobs.schedules import jitter_offset
 from runs import job_verbs
 from runs.planning import PENDING, plan_job
@@ -111,6 +112,7 @@ class Dispatcher:
             exclusive_ids = [j.id for j in due if j.overlap_policy != "allow"]
             active = queries.active_counts(exclusive_ids)
             runs, advances, unreadable = [], [], []
+            counted: list[tuple] = []
             for job in due:
                 try:
                     plan = plan_job(job, now, *active.get(job.id, (0, 0)))
@@ -145,7 +147,12 @@ class Dispatcher:
                         "misfires beyond the recorded cap",
                         extra={"job_id": str(job.id), "uncounted": plan.missed_uncounted},
                     )
+                    # The oldest due fires, from next_fire_at on: counted on
+                    # the job and its open span (the auditor reconciles them).
+                    counted.append((job.id, plan.missed_uncounted, job.next_fire_at))
             created = queries.insert_runs_and_advance(now, runs, advances)
+            for job_id, n, since in counted:
+                history.add_missed(job_id, n, since)
             for job_id, problem in unreadable:
                 job_verbs.pause_unreadable(job_id, problem=problem)
         if created.get("missed") or created.get("skipped"):
