@@ -292,6 +292,7 @@ _JOBS = """
     )
 """
 
+
 # Whether a run's time is a slot of the span ``s``'s schedule, as far as SQL
 # can tell: exactly for an interval schedule (a whole number of intervals
 # from its anchor, not before it), and for a cron only that it is a whole
@@ -307,6 +308,7 @@ def _on_slot(s: str) -> str:
         AND ({s}.start_at IS NULL OR r.scheduled_at >= {s}.start_at)
     END
 """
+
 
 # Rule 1, counted: each active span that reaches into the audited range, its
 # window (lo, hi] and the runs in it, in one statement (one snapshot).
@@ -402,7 +404,8 @@ def _list_gaps(report, span, schedule: Schedule, slots: int, on_slot: int, count
         )
         taken = {row["scheduled_at"] for row in cur.fetchall()}
     unaccounted = slots - on_slot - counted
-    skip, listed, seen = counted, [], 0
+    skip, seen = counted, 0
+    listed: list[dt.datetime] = []
     for fire in schedule.iter_fires(span["lo"]):
         seen += 1
         if fire > span["hi"] or len(listed) >= LIST_MISSING or seen > MAX_ENUMERATED:
@@ -638,8 +641,7 @@ def _audit_stuck(report: AuditReport, scope: _Scope, alive: dict[str, dict[str, 
         late = (now - row["available_at"]).total_seconds()
         report.add(
             Rule.STUCK_WAITING,
-            f"{row['state']} and claimable for {late:.1f} s while {len(workers)} workers are"
-            " alive",
+            f"{row['state']} and claimable for {late:.1f} s while {len(workers)} workers are alive",
             job_id=row["job_id"],
             run_id=row["id"],
             scheduled_at=row["scheduled_at"],
