@@ -241,6 +241,7 @@ def audit(
     report.counts["workers_alive"] = len(alive[ProcessKind.WORKER])
     report.counts["jobs"] = _count_jobs(scope)
 
+    _audit_duplicates(report, scope)
     _audit_spans(report, scope)
     _audit_runs(report, scope)
     _audit_undispatched(report, scope)
@@ -259,6 +260,14 @@ class _Scope:
     now: dt.datetime
     tolerance: dt.timedelta
     dispatcher_alive: bool
+
+    def runs_in_range(self, sql: str) -> str:
+        """``sql`` with its ``/*RANGE*/`` mark replaced by the audited range's
+        filter on runs ``r``: none without --since/--until, so that a whole
+        audit scans the runs table once instead of walking an index."""
+        bounded = self.since != BEGINNING or self.until != FOREVER
+        where = "AND r.scheduled_at >= %(since)s AND r.scheduled_at < %(until)s"
+        return sql.replace("/*RANGE*/", where if bounded else "")
 
     def params(self, **extra: Any) -> dict[str, Any]:
         return {
@@ -338,11 +347,9 @@ _SPAN_COUNTS = f"""
         FROM w
     )
     SELECT b.*, (b.lo = b.started_at AND b.hi = b.owed_to) AS exact,
-           c.runs, c.fires, c.on_slot
+           c.runs, c.on_slot
     FROM b LEFT JOIN LATERAL (
-        SELECT count(*) AS runs, count(DISTINCT r.scheduled_at) AS fires,
-               count(DISTINCT r.scheduled_at) FILTER (WHERE {_on_slot("b")})
-                   AS on_slot
+        SELECT count(*) AS runs, count(*) FILTER (WHERE {_on_slot("b")}) AS on_slot
         FROM runs_run AS r
         WHERE r.job_id = b.job_id AND r.scheduled_at > b.lo AND r.scheduled_at <= b.hi
           AND r.kind IN ('scheduled', 'catch_up')
@@ -350,6 +357,43 @@ _SPAN_COUNTS = f"""
     WHERE b.hi > b.lo
     ORDER BY b.job_id, b.started_at
 """
+
+
+# One run per fire is the unique index run_one_per_fire (runs/models.py):
+# while it is there and valid, no fire can have two runs, and the counts
+# below need not look for them. Without it they are searched for.
+_FIRE_KEY_HOLDS = """
+    SELECT EXISTS (
+        SELECT 1 FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
+        WHERE c.relname = 'run_one_per_fire' AND i.indisunique AND i.indisvalid
+          AND i.indrelid = 'runs_run'::regclass
+    ) AS holds
+"""
+_DUPLICATES = f"""
+    WITH {_JOBS}
+    SELECT r.job_id, r.scheduled_at, count(*) AS runs
+    FROM runs_run AS r JOIN jobs ON jobs.id = r.job_id
+    WHERE true /*RANGE*/
+    GROUP BY r.job_id, r.scheduled_at HAVING count(*) > 1
+    LIMIT {MAX_LISTED}
+"""
+
+
+def _audit_duplicates(report: AuditReport, scope: _Scope) -> None:
+    with dict_cursor() as cur:
+        cur.execute(_FIRE_KEY_HOLDS)
+        if cur.fetchone()["holds"]:
+            return
+        report.notes.append("the unique index run_one_per_fire is missing or invalid")
+        cur.execute(scope.runs_in_range(_DUPLICATES), scope.params())
+        rows = cur.fetchall()
+    for row in rows:
+        report.add(
+            Rule.DUPLICATE_RUN,
+            f"{row['runs']} runs for one fire",
+            job_id=row["job_id"],
+            scheduled_at=row["scheduled_at"],
+        )
 
 
 def _audit_spans(report: AuditReport, scope: _Scope) -> None:
@@ -367,16 +411,9 @@ def _audit_spans(report: AuditReport, scope: _Scope) -> None:
             )
             continue
         slots = count_slots(schedule, span["lo"], span["hi"])
-        runs, on_slot, counted = span["runs"], span["on_slot"], span["missed_count"]
+        on_slot, counted = span["on_slot"], span["missed_count"]
         report.counts["slots"] += slots
         report.counts["slots_run"] += on_slot
-        if runs > span["fires"]:
-            report.add(
-                Rule.DUPLICATE_RUN,
-                f"{runs} runs for {span['fires']} fires in one span: the one-run-per-fire key"
-                " did not hold",
-                job_id=span["job_id"],
-            )
         missing = slots - on_slot
         report.counts["slots_counted"] += min(max(missing, 0), counted)
         if missing == counted or (not span["exact"] and 0 <= missing <= counted):
@@ -452,7 +489,7 @@ _RUN_BREACHES = f"""
     LEFT JOIN jobs_schedulespan AS s
         ON s.job_id = r.job_id AND r.scheduled_at > s.started_at
        AND (s.ended_at IS NULL OR r.scheduled_at <= s.ended_at)
-    WHERE r.scheduled_at >= %(since)s AND r.scheduled_at < %(until)s
+    WHERE true /*RANGE*/
       AND ((s.id IS NOT NULL AND r.kind IN ('scheduled', 'catch_up')
             AND (s.state = 'deleted' OR (s.state = 'paused' AND r.kind = 'scheduled')
                  OR NOT ({_on_slot("s")})))
@@ -463,16 +500,19 @@ _RUN_BREACHES = f"""
     LIMIT {MAX_LISTED}
 """
 
-# The run states of the audited range, the runs before any span (their job's
-# history did not exist yet), and the catch-up runs of each paused span.
+# The run states of the audited range, and the runs that predate their job's
+# first span (its history did not exist yet).
 _RUN_TOTALS = f"""
-    WITH {_JOBS}
+    WITH {_JOBS}, first AS (
+        SELECT job_id, min(started_at) AS started_at FROM jobs_schedulespan GROUP BY job_id
+    )
     SELECT r.state, count(*) AS runs,
-           count(*) FILTER (WHERE NOT EXISTS (
-               SELECT 1 FROM jobs_schedulespan AS s
-               WHERE s.job_id = r.job_id AND s.started_at < r.scheduled_at)) AS before_history
+           count(*) FILTER (
+               WHERE first.started_at IS NULL OR r.scheduled_at <= first.started_at
+           ) AS before_history
     FROM runs_run AS r JOIN jobs ON jobs.id = r.job_id
-    WHERE r.scheduled_at >= %(since)s AND r.scheduled_at < %(until)s
+    LEFT JOIN first ON first.job_id = r.job_id
+    WHERE true /*RANGE*/
     GROUP BY r.state
 """
 
@@ -484,7 +524,7 @@ _CATCH_UP_PER_PAUSE = f"""
     JOIN jobs_schedulespan AS s
         ON s.job_id = r.job_id AND s.state = 'paused' AND r.scheduled_at > s.started_at
        AND (s.ended_at IS NULL OR r.scheduled_at <= s.ended_at)
-    WHERE r.kind = 'catch_up' AND r.scheduled_at >= %(since)s AND r.scheduled_at < %(until)s
+    WHERE r.kind = 'catch_up' /*RANGE*/
     GROUP BY s.id, s.job_id, s.started_at, jobs.max_catchup
     HAVING count(*) > jobs.max_catchup
 """
@@ -493,14 +533,14 @@ _CATCH_UP_PER_PAUSE = f"""
 def _audit_runs(report: AuditReport, scope: _Scope) -> None:
     params = scope.params()
     with dict_cursor() as cur:
-        cur.execute(_RUN_TOTALS, params)
+        cur.execute(scope.runs_in_range(_RUN_TOTALS), params)
         for row in cur.fetchall():
             report.run_states[row["state"]] += row["runs"]
             report.counts["runs"] += row["runs"]
             report.counts["runs_before_history"] += row["before_history"]
-        cur.execute(_RUN_BREACHES, params)
+        cur.execute(scope.runs_in_range(_RUN_BREACHES), params)
         breaches = cur.fetchall()
-        cur.execute(_CATCH_UP_PER_PAUSE, params)
+        cur.execute(scope.runs_in_range(_CATCH_UP_PER_PAUSE), params)
         over_cap = cur.fetchall()
     for row in breaches:
         where = dict(job_id=row["job_id"], run_id=row["id"], scheduled_at=row["scheduled_at"])
@@ -697,8 +737,7 @@ _STOP_SPANS = """
 _SUCCEEDED = f"""
     WITH {_JOBS}
     SELECT r.id, r.job_id, r.scheduled_at FROM runs_run AS r JOIN jobs ON jobs.id = r.job_id
-    WHERE r.state = 'succeeded' AND r.target_kind = 'webhook'
-      AND r.scheduled_at >= %(since)s AND r.scheduled_at < %(until)s
+    WHERE r.state = 'succeeded' AND r.target_kind = 'webhook' /*RANGE*/
 """
 # The test-only offset of the database clock (core/db.py): the receiver's
 # clock is compared with database times through it.
@@ -724,7 +763,7 @@ def _audit_deliveries(report: AuditReport, scope: _Scope, entries: list[Delivery
         stops: dict[str, list[dict]] = defaultdict(list)
         for span in cur.fetchall():
             stops[str(span["job_id"])].append(span)
-        cur.execute(_SUCCEEDED, scope.params())
+        cur.execute(scope.runs_in_range(_SUCCEEDED), scope.params())
         succeeded = cur.fetchall()
         cur.execute(_CLOCK_OFFSET)
         offset = float(cur.fetchone()["offset"])

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import connection, transaction
 
 from core.db import db_now
 from dispatch.dispatcher import Dispatcher
@@ -472,7 +472,9 @@ def scenario_audit(*, jobs: int, runs_per_job: int, cron_share: float, repeat: i
     owner = bench_owner().pk
     secret = crypto.encrypt(crypto.generate_secret())
     crons = round(jobs * cron_share)
-    with connection.cursor() as cur:
+    # One transaction: the schedule-history guard checks at commit that every
+    # job inserted has its span.
+    with transaction.atomic(), connection.cursor() as cur:
         cur.execute("SELECT date_trunc('minute', now()) - %s * interval '1 minute'", [runs_per_job])
         base = cur.fetchone()[0]
         cur.execute(

@@ -207,6 +207,21 @@ def test_a_run_off_its_schedule_is_reported_and_masks_no_gap(owner):
     fails_naming("off schedule")
 
 
+def test_two_runs_for_one_fire_are_found_once_the_unique_key_is_gone(owner):
+    """The counts trust the unique index run_one_per_fire only while it is
+    there: dropped (rolled back with this test), duplicates are searched for."""
+    job = minute_job(owner)
+    first = runs_of(job)[1]
+    with connection.cursor() as cur:
+        cur.execute("ALTER TABLE runs_run DROP CONSTRAINT run_one_per_fire")
+    Run.objects.create(job=job, scheduled_at=first.scheduled_at, state="skipped", reason="x")
+    report = audit()
+    assert report.rules()[Rule.DUPLICATE_RUN] == 1, report.render()
+    [dup] = report.of_rule(Rule.DUPLICATE_RUN)
+    assert dup.scheduled_at == first.scheduled_at
+    fails_naming("duplicate run")
+
+
 def test_more_counted_than_missing_is_a_count_mismatch(owner):
     job = minute_job(owner)
     ScheduleSpan.objects.filter(job=job).update(missed_count=2)
