@@ -11,7 +11,7 @@ A deferred constraint trigger (migration jobs 0006) checks at commit that
 every job's open span matches its row, so a code path that changes a job and
 forgets the history fails loudly instead of leaving the auditor blind.
 
-The auditor (runs/audit.py) expects, for each ``active`` span, every fire in
+The auditor (ops/audit.py) expects, for each ``active`` span, every fire in
 ``(started_at, ended_at]`` to have a run or to be counted in the span's
 ``missed_count``; ``paused`` and ``deleted`` spans expect nothing.
 """

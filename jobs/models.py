@@ -314,7 +314,7 @@ class ScheduleSpan(models.Model):
 
     A span covers the fires ``started_at < scheduled_at <= ended_at`` (the
     open span has no ``ended_at``). Every time is the database's. The auditor
-    (runs/audit.py) reads this table, not the job row: it holds every schedule
+    (ops/audit.py) reads this table, not the job row: it holds every schedule
     the job ever had, and when each was in force.
     """
 

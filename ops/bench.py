@@ -18,6 +18,8 @@ holds jobs it did not make, unless ``--force``.
 - ``recovery``: N per-minute cron jobs whose next fire was 24 hours ago (a
   day-long outage); the time each locked tick takes to drain them, and a check
   that each job got exactly 100 missed rows and every other fire counted.
+- ``audit``: ``manage.py audit_fires`` over 10,000 jobs and 1,000,000 runs
+  (not part of ``all``); seconds per audit.
 """
 
 from __future__ import annotations
@@ -79,7 +81,10 @@ def reset(force: bool) -> None:
     """Remove the bench's jobs and runs (everything, on a pure scratch database)."""
     with connection.cursor() as cur:
         if not force:
-            cur.execute("TRUNCATE runs_attempt, runs_run, jobs_jobevent, jobs_schedulespan, jobs_job CASCADE")
+            cur.execute(
+                "TRUNCATE runs_attempt, runs_run, jobs_jobevent, jobs_schedulespan, jobs_job"
+                " CASCADE"
+            )
         else:
             owner = bench_owner().pk
             sub = "SELECT id FROM jobs_job WHERE owner_id = %s"
@@ -552,4 +557,83 @@ def scenario_slow(*, inflight: int, delay: float, workers: int, force: bool) -> 
         "succeeded": succeeded,
         "completion_per_s": round(succeeded / elapsed, 1),
         "elapsed_s": round(elapsed, 1),
+    }
+
+
+# -- audit ----------------------------------------------------------------------
+
+
+def scenario_audit(*, jobs: int, runs_per_job: int, cron_share: float, repeat: int, force: bool):
+    """The fire auditor over a history of ``jobs`` jobs with ``runs_per_job``
+    runs each, every slot accounted for: per-minute jobs (interval 60 s, and a
+    ``cron_share`` of them ``* * * * *``) created ``runs_per_job`` minutes
+    ago. Jobs, runs and spans are inserted by SQL; the audit must come out
+    clean, and its time is the figure."""
+    from ops.audit import audit
+
+    reset(force)
+    owner = bench_owner().pk
+    secret = crypto.encrypt(crypto.generate_secret())
+    crons = round(jobs * cron_share)
+    # One transaction: the schedule-history guard checks at commit that every
+    # job inserted has its span.
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SELECT date_trunc('minute', now()) - %s * interval '1 minute'", [runs_per_job])
+        base = cur.fetchone()[0]
+        cur.execute(
+            """
+            INSERT INTO jobs_job (
+                id, owner_id, name, description, cron, interval_seconds, timezone,
+                target_kind, url, payload, timeout_seconds, max_attempts,
+                retry_backoff_seconds, misfire_policy, max_catchup, misfire_grace_seconds,
+                overlap_policy, jitter_seconds, state, pause_note, consecutive_failures,
+                next_fire_at, secret_encrypted, previous_secret_encrypted, version,
+                created_at, updated_at)
+            SELECT gen_random_uuid(), %(owner)s, 'bench-audit-' || g, '',
+                   CASE WHEN g <= %(crons)s THEN '* * * * *' END,
+                   CASE WHEN g > %(crons)s THEN 60 END, 'UTC',
+                   'webhook', 'http://127.0.0.1:9/', '{}', 30, 3, 1, 'skip', 3, 60, 'skip', 0,
+                   'active', '', 0, %(base)s + (%(n)s + 1) * interval '1 minute',
+                   %(secret)s, '', 1, %(base)s, now()
+            FROM generate_series(1, %(jobs)s) AS g
+            """,
+            {
+                "owner": owner,
+                "crons": crons,
+                "jobs": jobs,
+                "base": base,
+                "n": runs_per_job,
+                "secret": secret,
+            },
+        )
+        history.open_missing_spans(base)
+        cur.execute(
+            """
+            INSERT INTO runs_run (
+                id, job_id, scheduled_at, kind, state, reason, attempt, max_attempts,
+                available_at, lease_owner, created_at, started_at, finished_at, last_error,
+                target_kind, exclusive)
+            SELECT gen_random_uuid(), j.id, %(base)s + k * interval '1 minute', 'scheduled',
+                   'succeeded', '', 1, 3, NULL, '', now(), now(), now(), '', 'webhook', true
+            FROM jobs_job AS j, generate_series(1, %(n)s) AS k
+            WHERE j.owner_id = %(owner)s
+            """,
+            {"owner": owner, "base": base, "n": runs_per_job},
+        )
+        cur.execute("ANALYZE jobs_job")
+        cur.execute("ANALYZE runs_run")
+        cur.execute("ANALYZE jobs_schedulespan")
+    seconds = []
+    report = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        report = audit()
+        seconds.append(time.perf_counter() - t0)
+        assert report.ok, report.render()
+    assert report is not None
+    return {
+        "audit_seconds": round(statistics.median(seconds), 2),
+        "runs": [round(s, 2) for s in seconds],
+        "slots": report.counts["slots"],
+        "audited_runs": report.counts["runs"],
     }

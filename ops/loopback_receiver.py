@@ -18,6 +18,12 @@ fires, lost fires, lag, overlap). Behaviour is chosen by path:
 ``/hold-first``       holds the first delivery of a webhook-id forever, 200 after
 ``/held``             holds every delivery until ``POST /release`` (at most an hour), then 200
 
+Each request's ``start`` line holds what the fire auditor (ops/audit.py)
+checks: ``t``, the arrival by this host's clock (seconds since the epoch,
+before the body is read); the ``webhook_id`` header; and the ``job_id``,
+``run_id``, ``attempt`` and ``scheduled_at`` from the body. Lean mode keeps
+all of them.
+
 ``GET /stats`` answers the request count, the requests in flight now, the most
 ever in flight, and the most in flight at once for any one job, after writing
 the log out: a reader that asks first finds every request logged so far.

@@ -1,45 +1,97 @@
-"""The fire auditor (runs/audit.py) and ``manage.py audit_fires``, handed real
-violations: a gap, a duplicate fire, an off-schedule run, a stuck lease. Each
-one must make the command exit non-zero and be named in its report."""
+"""The fire auditor (ops/audit.py) and ``manage.py audit_fires``.
+
+Three groups:
+
+- a clean history passes, and each rule, handed a real violation, makes the
+  command exit 1 and names the rule;
+- the mutation check: each failure class the old auditor called OK is put
+  back, exactly as the bug wrote it (direct SQL on a history made by the real
+  dispatcher and verbs), and the command fails naming it;
+- no false alarms: long recoveries through the real ``Dispatcher.tick`` and
+  pause/edit/resume/delete sequences through the real verbs audit clean.
+
+Time moves by the database clock's test offset (core/db.py,
+``punctual.clock_offset``), set for this test's session only, so every
+verb, tick and audit agrees on "now" as production would.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import io
 import json
+import os
 import uuid
 
 import pytest
-import time_machine
 from django.core.management import call_command, execute_from_command_line
 from django.core.management.base import CommandError
+from django.db import connection
 
-from core.db import db_now
+from core.db import DB_NOW_SQL, db_now
 from dispatch.dispatcher import Dispatcher
-from jobs.models import Job
+from dispatch.models import ProcessHeartbeat
+from jobs.models import Job, ScheduleSpan
+from ops.audit import Rule, audit
 from runs import job_verbs
-from runs.audit import Kind, audit
 from runs.models import Run
-from tests.factories import at, make_job, rewrite_job
+from tests.factories import make_job, rewrite_job
 
 pytestmark = pytest.mark.django_db
 
-T0 = at("2026-06-01T12:00:00")
+S = dt.timedelta(seconds=1)
 MIN = dt.timedelta(minutes=1)
-SINCE, UNTIL = T0 - dt.timedelta(hours=1), T0 + dt.timedelta(hours=1)
 
 
 def iso(value: dt.datetime) -> str:
     return value.isoformat().replace("+00:00", "Z")
 
 
-def every_minute_job(owner, fires: int = 6, **fields) -> Job:
-    """A 60 s interval job anchored at T0, dispatched for ``fires`` fires."""
+def shift(seconds: float) -> dt.datetime:
+    """Move the database clock (this session only) to ``seconds`` past the
+    real one; returns the new database now."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT set_config('punctual.clock_offset', %s, false)", [f"{seconds} s"])
+    return db_now()
+
+
+def receiver_clock(db_time: dt.datetime) -> float:
+    """``db_time`` as the receiver's clock reads it: without the test offset."""
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT extract(epoch FROM %s - ({DB_NOW_SQL} - statement_timestamp()))", [db_time]
+        )
+        return float(cur.fetchone()[0])
+
+
+def beat(kind: str, name: str | None = None) -> str:
+    """A live fleet member: its heartbeat row, up for an hour, seen just now."""
+    now = db_now()
+    name = name or f"{kind}-{uuid.uuid4().hex[:6]}"
+    ProcessHeartbeat.objects.update_or_create(
+        name=name,
+        defaults=dict(
+            kind=kind,
+            host="test",
+            pid=os.getpid(),
+            started_at=now - dt.timedelta(hours=1),
+            last_seen=now,
+        ),
+    )
+    return name
+
+
+def minute_job(owner, age: dt.timedelta = 10 * MIN, **fields) -> Job:
+    """A 60 s interval job created ``age`` ago (its history from then on),
+    dispatched minute by minute up to now, as a live dispatcher would."""
     job = make_job(owner, interval_seconds=60, overlap_policy="allow", **fields)
-    rewrite_job(job, created_at=T0 - MIN, start_at=T0, next_fire_at=T0)
+    born = db_now() - age
+    rewrite_job(job, created_at=born, next_fire_at=born + MIN)
+    t = born + MIN
+    while t <= db_now():
+        Dispatcher().tick(now=t)
+        t += MIN
     job.refresh_from_db()
-    for k in range(fires):
-        Dispatcher().tick(now=T0 + k * MIN)
     return job
 
 
@@ -51,26 +103,25 @@ def succeed(runs) -> None:
     Run.objects.filter(pk__in=[r.pk for r in runs]).update(state="succeeded", attempt=1)
 
 
-def write_log(path, deliveries) -> str:
-    """A loopback receiver log: one ``start`` line (and an ``end``) per delivery."""
+def log_line(webhook_id, run: Run, t: float | None = None) -> dict:
+    return {
+        "event": "start",
+        "t": t if t is not None else run.scheduled_at.timestamp() + 1,
+        "path": "/ok",
+        "webhook_id": str(webhook_id),
+        "job_id": str(run.job_id),
+        "run_id": str(webhook_id),
+        "attempt": 1,
+        "scheduled_at": iso(run.scheduled_at),
+    }
+
+
+def write_log(path, lines) -> str:
+    """A loopback receiver log: ``start`` lines (and an ``end`` each)."""
     with open(path, "w") as f:
-        for k, (webhook_id, run) in enumerate(deliveries):
-            f.write(
-                json.dumps(
-                    {
-                        "event": "start",
-                        "t": 1_780_000_000 + k,
-                        "path": "/ok",
-                        "webhook_id": str(webhook_id),
-                        "job_id": str(run.job_id),
-                        "run_id": str(webhook_id),
-                        "attempt": 1,
-                        "scheduled_at": iso(run.scheduled_at),
-                    }
-                )
-                + "\n"
-            )
-            f.write(json.dumps({"event": "end", "webhook_id": str(webhook_id), "status": 200}))
+        for line in lines:
+            f.write(json.dumps(line) + "\n")
+            f.write(json.dumps({"event": "end", "webhook_id": line["webhook_id"], "status": 200}))
             f.write("\n")
         f.write('{"event": "start", "webhook_id": "half a line')  # being written right now
     return str(path)
@@ -82,169 +133,386 @@ def audit_fires(*args: str) -> str:
     try:
         call_command("audit_fires", *args, stdout=out)
     except CommandError as exc:
-        exc.report = out.getvalue()
+        exc.report = out.getvalue()  # type: ignore[attr-defined]
         raise
     return out.getvalue()
 
 
-WINDOW = ("--since", iso(SINCE), "--until", iso(UNTIL))
+def fails_naming(rule: str, *args: str) -> str:
+    with pytest.raises(CommandError) as failed:
+        audit_fires(*args)
+    assert failed.value.returncode == 1
+    report = failed.value.report  # type: ignore[attr-defined]
+    assert f"  {rule} " in report, report
+    assert "FAIL:" in report and f"{rule} " in report.splitlines()[-1]
+    return report
 
 
 # -- clean -------------------------------------------------------------------
 
 
 def test_a_clean_history_passes_and_the_command_exits_zero(owner, tmp_path):
-    job = every_minute_job(owner)
+    beat("dispatcher")
+    beat("worker")
+    job = minute_job(owner)
     runs = runs_of(job)
-    succeed(runs[:4])  # the last two are still pending: a live state accounts for a fire
+    assert len(runs) == 10
+    succeed(runs[:8])  # the rest are still pending, and not yet claimable
+    Run.objects.filter(pk__in=[r.pk for r in runs[8:]]).update(available_at=db_now() + MIN)
     # A retry of one fire is a second delivery under the same webhook-id: fine.
-    log = write_log(tmp_path / "r.jsonl", [(r.pk, r) for r in runs[:4]] + [(runs[0].pk, runs[0])])
-    job_verbs.trigger(job)  # manual runs are the owner's own, not a slot
+    lines = [log_line(r.pk, r) for r in runs[:8]] + [log_line(runs[0].pk, runs[0])]
+    log = write_log(tmp_path / "r.jsonl", lines)
+    job_verbs.trigger(job)  # a manual run is the owner's own, not a slot
+    Run.objects.filter(kind="manual").update(state="succeeded", attempt=1)
+    manual = Run.objects.get(kind="manual")
+    log = write_log(tmp_path / "r.jsonl", [*lines, log_line(manual.pk, manual)])
 
-    report = audit(SINCE, UNTIL, receiver_log=log)
+    report = audit(receiver_log=log)
     assert report.ok, report.render()
-    assert (report.counts["slots"], report.counts["slots_accounted"]) == (6, 6)
-    assert report.counts["deliveries"] == 5 and report.counts["delivered_ids"] == 4
+    assert (report.counts["slots"], report.counts["slots_run"]) == (10, 10)
+    assert report.counts["deliveries"] == 10 and report.counts["delivered_ids"] == 9
 
-    text = audit_fires(*WINDOW, "--receiver-log", log, "--job", str(job.pk))
+    text = audit_fires("--receiver-log", log, "--job", str(job.pk))
     assert "OK: every fire accounted for exactly once" in text
-    assert "6 expected, 6 accounted for" in text
+    assert "10 expected: 10 with a run, 0 counted as missed" in text
 
 
-def test_missed_skipped_and_catch_up_runs_account_for_their_slots(owner):
-    job = every_minute_job(owner, fires=0, misfire_policy="catch_up", max_catchup=2)
-    Dispatcher().tick(now=T0 + 9 * MIN + dt.timedelta(seconds=30))  # a long outage
-    kinds = [(r.kind, r.state) for r in runs_of(job)]
-    assert kinds.count(("catch_up", "pending")) == 2 and kinds.count(("scheduled", "missed")) == 7
-    report = audit(SINCE, UNTIL)
-    assert report.ok, report.render()
-    assert report.counts["slots"] == 10
+# -- each rule ---------------------------------------------------------------
 
 
-def test_a_paused_stretch_has_no_slots(owner):
-    job = every_minute_job(owner, fires=3)  # T0, T0+1, T0+2
-    with time_machine.travel(T0 + 2 * MIN + dt.timedelta(seconds=30), tick=False):
-        job_verbs.pause(job, note="maintenance")
-    with time_machine.travel(T0 + 7 * MIN + dt.timedelta(seconds=30), tick=False):
-        job_verbs.resume(job)
-    Job.objects.filter(pk=job.pk).update(next_fire_at=T0 + 8 * MIN)
-    Dispatcher().tick(now=T0 + 8 * MIN)
-    Dispatcher().tick(now=T0 + 9 * MIN)
-    report = audit(SINCE, UNTIL, tolerance=dt.timedelta(0))
-    assert report.ok, report.render()
-    assert report.counts["slots"] == 5 and report.counts["slots_paused"] == 5
-
-
-# -- violations ----------------------------------------------------------------
-
-
-def test_a_gap_is_reported_and_fails_the_command(owner):
-    job = every_minute_job(owner)
+def test_a_gap_is_reported_with_its_slot_and_fails_the_command(owner):
+    job = minute_job(owner)
     gone = runs_of(job)[2]
     gone.delete()
 
-    report = audit(SINCE, UNTIL)
-    [gap] = report.violations
-    assert (gap.kind, gap.scheduled_at, gap.job_id) == (Kind.GAP, T0 + 2 * MIN, str(job.pk))
-
-    with pytest.raises(CommandError) as failed:
-        audit_fires(*WINDOW)
-    assert failed.value.returncode == 1
-    assert "gap" in failed.value.report and iso(T0 + 2 * MIN) in failed.value.report
-    assert "FAIL: 1 violations (gap 1)" in failed.value.report
+    [gap] = audit().violations
+    assert (gap.rule, gap.scheduled_at, gap.job_id) == (Rule.GAP, gone.scheduled_at, str(job.pk))
+    report = fails_naming("gap")
+    assert iso(gone.scheduled_at) in report and "FAIL: 1 violations (gap 1)" in report
 
 
-def test_a_fire_delivered_under_two_webhook_ids_is_a_duplicate(owner, tmp_path, capsys):
-    """A second dispatcher that minted its own run for a fire would show up at the
-    receiver as one fire under two webhook-ids."""
-    job = every_minute_job(owner)
+def test_a_run_off_its_schedule_is_reported_and_masks_no_gap(owner):
+    """An off-slot run in the same span as a missing fire: the count would
+    balance, but the run is not on a slot, so both are reported."""
+    job = minute_job(owner)
     runs = runs_of(job)
-    succeed(runs)
-    impostor = uuid.uuid4()
-    log = write_log(tmp_path / "r.jsonl", [(r.pk, r) for r in runs] + [(impostor, runs[3])])
+    runs[3].delete()
+    stray = Run.objects.create(job=job, scheduled_at=runs[3].scheduled_at + 30 * S)
+    Run.objects.create(job=job, scheduled_at=runs[3].scheduled_at + 35 * S, kind="manual")
 
-    report = audit(SINCE, UNTIL, receiver_log=log)
-    assert sorted(report.kinds()) == [Kind.DUPLICATE_FIRE, Kind.UNKNOWN_WEBHOOK_ID]
-    [dup] = report.of_kind(Kind.DUPLICATE_FIRE)
-    assert dup.scheduled_at == runs[3].scheduled_at and str(impostor) in dup.message
-
-    # The real command line: the process exits 1 and says why on stderr.
-    argv = ["manage.py", "audit_fires", *WINDOW, "--receiver-log", log]
-    with pytest.raises(SystemExit) as exited:
-        execute_from_command_line(argv)
-    assert exited.value.code == 1
-    out, err = capsys.readouterr()
-    assert "duplicate_fire" in out and str(impostor) in out
-    assert "audit failed: 2 violations" in err
+    report = audit()
+    assert sorted(report.rules()) == [Rule.GAP, Rule.OFF_SCHEDULE], report.render()
+    [off] = report.of_rule(Rule.OFF_SCHEDULE)
+    assert off.run_id == str(stray.pk)
+    fails_naming("off schedule")
 
 
-def test_a_run_at_an_off_slot_time_is_reported_as_off_schedule(owner):
-    job = every_minute_job(owner)
-    stray = Run.objects.create(job=job, scheduled_at=T0 + dt.timedelta(seconds=90), state="pending")
-    Run.objects.create(job=job, scheduled_at=T0 + dt.timedelta(seconds=95), kind="manual")
+def test_two_runs_for_one_fire_are_found_once_the_unique_key_is_gone(owner):
+    """The counts trust the unique index run_one_per_fire only while it is
+    there: dropped (rolled back with this test), duplicates are searched for."""
+    job = minute_job(owner)
+    first = runs_of(job)[1]
+    with connection.cursor() as cur:
+        cur.execute("ALTER TABLE runs_run DROP CONSTRAINT run_one_per_fire")
+    Run.objects.create(job=job, scheduled_at=first.scheduled_at, state="skipped", reason="x")
+    report = audit()
+    assert report.rules()[Rule.DUPLICATE_RUN] == 1, report.render()
+    [dup] = report.of_rule(Rule.DUPLICATE_RUN)
+    assert dup.scheduled_at == first.scheduled_at
+    fails_naming("duplicate run")
 
-    [off] = audit(SINCE, UNTIL).violations
-    assert (off.kind, off.run_id) == (Kind.OFF_SCHEDULE, str(stray.pk))
-    with pytest.raises(CommandError) as failed:
-        audit_fires(*WINDOW)
-    assert failed.value.returncode == 1 and "off_schedule" in failed.value.report
+
+def test_more_counted_than_missing_is_a_count_mismatch(owner):
+    job = minute_job(owner)
+    ScheduleSpan.objects.filter(job=job).update(missed_count=2)
+    [mismatch] = audit().violations
+    assert mismatch.rule == Rule.COUNT_MISMATCH and "counts 2 missed fires" in mismatch.message
+    fails_naming("count mismatch")
 
 
-def test_a_stuck_lease_is_reported_and_fails_the_command(owner):
-    job = every_minute_job(owner)
-    stuck, wedged, fine = runs_of(job)[:3]
+def test_running_runs_past_their_deadline_or_with_their_worker_gone_are_stuck(owner):
+    job = minute_job(owner)
+    dead, wedged, slow, held, *rest = runs_of(job)
+    succeed(rest)
+    live = beat("worker")
     now = db_now()
-    Run.objects.filter(pk=stuck.pk).update(
-        state="running",
-        attempt=1,
-        lease_owner="worker-dead",
-        lease_until=now - dt.timedelta(minutes=5),
-        deadline_at=now + dt.timedelta(minutes=5),
-    )
-    # Heartbeating, but far past its attempt deadline (a lease beyond the
-    # deadline should never happen: the heartbeat caps it).
-    Run.objects.filter(pk=wedged.pk).update(
-        state="running",
-        attempt=1,
-        lease_owner="worker-wedged",
-        lease_until=now + dt.timedelta(minutes=5),
-        deadline_at=now - dt.timedelta(minutes=5),
-    )
-    # Expired one second ago: within the tolerance, someone may be taking it over.
-    Run.objects.filter(pk=fine.pk).update(
-        state="running",
-        attempt=1,
-        lease_owner="worker-slow",
-        lease_until=now - dt.timedelta(seconds=1),
-        deadline_at=now + dt.timedelta(minutes=5),
-    )
 
-    report = audit(SINCE, UNTIL)
-    assert [v.kind for v in report.violations] == [Kind.STUCK, Kind.STUCK]
-    assert {v.run_id for v in report.violations} == {str(stuck.pk), str(wedged.pk)}
-    with pytest.raises(CommandError) as failed:
-        audit_fires(*WINDOW, "--tolerance", "5")
-    assert failed.value.returncode == 1
-    assert "worker-dead (attempt 1) expired" in failed.value.report
-    assert "past its attempt deadline" in failed.value.report
+    def running(run, owner_name, lease, deadline):
+        Run.objects.filter(pk=run.pk).update(
+            state="running",
+            attempt=1,
+            lease_owner=owner_name,
+            lease_until=now + lease,
+            deadline_at=now + deadline,
+        )
+
+    running(dead, "worker-dead", -5 * MIN, 5 * MIN)  # its worker is gone
+    running(wedged, live, 5 * MIN, -5 * MIN)  # heartbeating past its deadline
+    running(slow, "worker-dead", -1 * S, 5 * MIN)  # within the tolerance
+    running(held, live, -5 * MIN, 5 * MIN)  # its worker is alive: it may still report
+
+    report = audit()
+    assert report.rules() == {Rule.STUCK_RUNNING: 2}, report.render()
+    assert {v.run_id for v in report.violations} == {str(dead.pk), str(wedged.pk)}
+    text = fails_naming("stuck running", "--tolerance", "5")
+    assert "worker-dead (attempt 1) expired" in text and "past its attempt deadline" in text
 
 
-def test_reasons_missing_and_successes_never_delivered_are_reported(owner, tmp_path):
-    job = every_minute_job(owner)
+def test_reasons_attempts_and_deliveries_of_runs_that_never_ran(owner, tmp_path):
+    job = minute_job(owner)
     runs = runs_of(job)
     succeed(runs[:3])
     Run.objects.filter(pk=runs[3].pk).update(state="missed", reason="")
     Run.objects.filter(pk=runs[4].pk).update(state="skipped", reason="overlap")
-    log = write_log(tmp_path / "r.jsonl", [(r.pk, r) for r in runs[:2]] + [(runs[4].pk, runs[4])])
+    log = write_log(tmp_path / "r.jsonl", [log_line(r.pk, r) for r in (runs[0], runs[1], runs[4])])
 
-    report = audit(SINCE, UNTIL, receiver_log=log)
-    assert sorted((v.kind, v.run_id) for v in report.violations) == sorted(
+    report = audit(receiver_log=log)
+    assert sorted((v.rule, v.run_id) for v in report.violations) == sorted(
         [
-            (Kind.NO_REASON, str(runs[3].pk)),
-            (Kind.NOT_RUN_BUT_ATTEMPTED, str(runs[4].pk)),
-            (Kind.UNDELIVERED, str(runs[2].pk)),
+            (Rule.NO_REASON, str(runs[3].pk)),
+            (Rule.NOT_RUN_BUT_ATTEMPTED, str(runs[4].pk)),
+            (Rule.NEVER_DELIVERED, str(runs[2].pk)),
         ]
     )
+
+
+def test_a_fire_under_two_webhook_ids_exits_one_on_the_real_command_line(owner, tmp_path, capsys):
+    job = minute_job(owner)
+    runs = runs_of(job)
+    succeed(runs)
+    impostor = uuid.uuid4()
+    lines = [log_line(r.pk, r) for r in runs] + [log_line(impostor, runs[3])]
+    log = write_log(tmp_path / "r.jsonl", lines)
+
+    report = audit(receiver_log=log)
+    assert sorted(report.rules()) == [Rule.TWO_IDS_FOR_ONE_FIRE, Rule.UNKNOWN_ID]
+    [dup] = report.of_rule(Rule.TWO_IDS_FOR_ONE_FIRE)
+    assert dup.scheduled_at == runs[3].scheduled_at and str(impostor) in dup.message
+
+    with pytest.raises(SystemExit) as exited:
+        execute_from_command_line(["manage.py", "audit_fires", "--receiver-log", log])
+    assert exited.value.code == 1
+    out, err = capsys.readouterr()
+    assert "two ids for one fire" in out and str(impostor) in out
+    assert "audit failed: 2 violations" in err
+
+
+# -- the mutation check --------------------------------------------------------
+
+
+def stalled_dispatcher(owner, tmp_path):
+    """The dispatcher beats its fleet row but never advances the job: the old
+    auditor audited only up to next_fire_at, and called this clean."""
+    beat("dispatcher")
+    job = make_job(owner, interval_seconds=60)
+    born = db_now() - 10 * MIN
+    rewrite_job(job, created_at=born, next_fire_at=born + MIN)
+    return ()
+
+
+def fire_dropped_before_a_pause(owner, tmp_path):
+    """A pause that did not plan the fire due just before it: the old
+    auditor's pause span began at the last run before the pause."""
+    job = minute_job(owner, age=10 * MIN + 30 * S)
+    shift(45)  # a fire falls due, and no dispatcher reaches it before the pause
+    job_verbs.pause(job)
+    pause = ScheduleSpan.objects.get(job=job, state="paused").started_at
+    last = Run.objects.filter(job=job, scheduled_at__lte=pause).order_by("-scheduled_at")[0]
+    assert last.reason == "paused"  # planned by the pause itself
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM runs_run WHERE id = %s", [last.pk])
+    return ()
+
+
+def gap_before_a_schedule_edit(owner, tmp_path):
+    """A fire lost before the schedule was edited: the old auditor only
+    looked after the last edit."""
+    job = minute_job(owner)
+    lost = runs_of(job)[4]
+    job_verbs.edit(job, {"interval_seconds": 120})
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM runs_run WHERE id = %s", [lost.pk])
+    return ()
+
+
+def starved_pending_run(owner, tmp_path):
+    """A pending run nobody claims while a worker is alive."""
+    job = minute_job(owner)
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE runs_run SET state = 'succeeded', attempt = 1 WHERE job_id = %s"
+            " AND scheduled_at < (SELECT max(scheduled_at) FROM runs_run WHERE job_id = %s)",
+            [job.pk, job.pk],
+        )
+        cur.execute(
+            "UPDATE runs_run SET available_at = scheduled_at WHERE job_id = %s"
+            " AND state = 'pending'",
+            [job.pk],
+        )
+    shift(120)
+    beat("worker")
+    return ()
+
+
+def delivery_after_a_delete(owner, tmp_path):
+    """A delivery that started after the delete committed (the receiver's
+    arrival time against the deleted span's start, both on this host)."""
+    job = minute_job(owner)
+    runs = runs_of(job)
+    succeed(runs)
+    job_verbs.soft_delete(job)
+    deleted = ScheduleSpan.objects.get(job=job, state="deleted").started_at
+    lines = [log_line(r.pk, r) for r in runs[:-1]]
+    lines.append(log_line(runs[-1].pk, runs[-1], t=(deleted + 30 * S).timestamp()))
+    return ("--receiver-log", write_log(tmp_path / "r.jsonl", lines))
+
+
+def second_id_for_one_fire(owner, tmp_path):
+    job = minute_job(owner)
+    runs = runs_of(job)
+    succeed(runs)
+    lines = [log_line(r.pk, r) for r in runs]
+    lines.append({**log_line(runs[5].pk, runs[5]), "webhook_id": str(runs[6].pk)})
+    lines[-1]["run_id"] = str(runs[6].pk)
+    return ("--receiver-log", write_log(tmp_path / "r.jsonl", lines))
+
+
+def undelivered_success(owner, tmp_path):
+    job = minute_job(owner)
+    runs = runs_of(job)
+    succeed(runs)
+    lines = [log_line(r.pk, r) for r in runs if r != runs[7]]
+    return ("--receiver-log", write_log(tmp_path / "r.jsonl", lines))
+
+
+def delivery_after_a_pause(owner, tmp_path):
+    job = minute_job(owner)
+    runs = runs_of(job)
+    succeed(runs)
+    job_verbs.pause(job)
+    paused = ScheduleSpan.objects.get(job=job, state="paused").started_at
+    lines = [log_line(r.pk, r) for r in runs[:-1]]
+    lines.append(log_line(runs[-1].pk, runs[-1], t=(paused + 20 * S).timestamp()))
+    return ("--receiver-log", write_log(tmp_path / "r.jsonl", lines))
+
+
+@pytest.mark.parametrize(
+    "mutation, rule",
+    [
+        (stalled_dispatcher, "undispatched"),
+        (stalled_dispatcher, "gap"),
+        (fire_dropped_before_a_pause, "gap"),
+        (gap_before_a_schedule_edit, "gap"),
+        (starved_pending_run, "stuck waiting"),
+        (delivery_after_a_delete, "delivered after delete"),
+        (delivery_after_a_pause, "delivered after pause"),
+        (second_id_for_one_fire, "two ids for one fire"),
+        (undelivered_success, "never delivered"),
+    ],
+)
+def test_mutation_each_failure_class_fails_the_audit_naming_its_rule(
+    owner, tmp_path, mutation, rule
+):
+    args = mutation(owner, tmp_path)
+    fails_naming(rule, *args)
+
+
+def test_mutations_are_the_only_difference(owner, tmp_path):
+    """The histories the mutations start from audit clean (so each failure
+    above is the mutation's, not the setup's)."""
+    beat("dispatcher")
+    beat("worker")
+    job = minute_job(owner, age=10 * MIN + 30 * S)
+    shift(45)
+    job_verbs.pause(job)
+    other = minute_job(owner)
+    job_verbs.edit(other, {"interval_seconds": 120})
+    runs = runs_of(other)
+    succeed(runs)
+    job_verbs.soft_delete(other)
+    deleted = ScheduleSpan.objects.get(job=other, state="deleted").started_at
+    lines = [log_line(r.pk, r) for r in runs]
+    # Arrived within the tolerance of the delete: a request already in flight.
+    lines[-1]["t"] = receiver_clock(deleted + 2 * S)
+    log = write_log(tmp_path / "r.jsonl", lines)
+    for report in (audit(job_ids=[other.pk], receiver_log=log), audit(job_ids=[job.pk])):
+        assert report.ok, report.render()
+
+
+# -- no false alarms -------------------------------------------------------
+
+
+def test_a_1s_job_through_a_200s_outage_records_100_and_counts_the_rest(owner):
+    beat("dispatcher")
+    # A 1 s grace: the tick lists 104 fires, of which 100 are misfires.
+    job = make_job(owner, interval_seconds=1, misfire_policy="skip", misfire_grace_seconds=1)
+    born = db_now() - 205 * S
+    rewrite_job(job, created_at=born, next_fire_at=born + S)
+    Dispatcher().tick(now=born + S)
+    Dispatcher().tick()  # the outage ends: one tick decides ~200 fires
+    job.refresh_from_db()
+    missed = Run.objects.filter(job=job, state="missed").count()
+    assert missed == 100 and job.missed_count > 30
+
+    report = audit()
+    assert report.ok, report.render()
+    assert report.counts["slots_counted"] == job.missed_count
+    assert "OK:" in audit_fires()
+
+
+def test_a_per_minute_cron_through_a_24h_outage_audits_clean(owner):
+    beat("dispatcher")
+    job = make_job(owner, cron="* * * * *", misfire_policy="skip")
+    born = (db_now() - dt.timedelta(hours=24, minutes=5)).replace(second=30, microsecond=0)
+    rewrite_job(job, created_at=born, next_fire_at=born + 30 * S)
+    Dispatcher().tick(now=born + 30 * S)
+    Dispatcher().tick()
+    job.refresh_from_db()
+    assert Run.objects.filter(job=job, state="missed").count() == 100
+    assert job.missed_count > 1300
+
+    report = audit()
+    assert report.ok, report.render()
+    assert report.counts["slots"] > 1440
+
+
+def test_pause_edit_resume_and_delete_through_the_verbs_audit_clean(owner):
+    """Every stretch of a job's life, each verb at its own database time,
+    with a dispatcher alive throughout: nothing owed is left out."""
+    beat("dispatcher")
+    a = make_job(
+        owner, interval_seconds=60, misfire_policy="catch_up", max_catchup=2, overlap_policy="allow"
+    )
+    b = make_job(owner, cron="*/2 * * * *", overlap_policy="allow")
+    dispatcher = Dispatcher()
+    for offset, action in [
+        (150, dispatcher.tick),
+        (200, lambda: job_verbs.pause(a, note="maintenance")),
+        (260, lambda: job_verbs.edit(b, {"cron": "* * * * *"})),
+        (600, lambda: job_verbs.resume(a, catch_up=True)),
+        (630, dispatcher.tick),
+        (700, lambda: job_verbs.edit(a, {"interval_seconds": 30, "misfire_grace_seconds": 5})),
+        (900, lambda: job_verbs.pause(b)),
+        (960, dispatcher.tick),
+        (1000, lambda: job_verbs.resume(b)),
+        (1200, lambda: job_verbs.soft_delete(b)),
+        (1300, dispatcher.tick),
+    ]:
+        shift(offset)
+        action()
+        beat("dispatcher", "d")
+    paused = ScheduleSpan.objects.filter(job=a, state="paused").get()
+    made_by_resume = Run.objects.filter(
+        job=a, kind="catch_up", scheduled_at__gt=paused.started_at, scheduled_at__lt=paused.ended_at
+    )
+    assert made_by_resume.count() == 2
+    assert Run.objects.filter(job=a, state="skipped", reason="paused").exists()
+    assert ScheduleSpan.objects.filter(job__in=[a, b]).count() == 4 + 5
+
+    report = audit()
+    assert report.ok, report.render()
+    assert report.counts["slots"] > 20
+    assert "OK:" in audit_fires()
 
 
 # -- arguments ---------------------------------------------------------------
@@ -254,12 +522,12 @@ def test_reasons_missing_and_successes_never_delivered_are_reported(owner, tmp_p
     "args, message",
     [
         (("--since", "yesterday"), "--since must be an ISO 8601 time"),
-        (("--since", iso(T0), "--until", "2026-13-45"), "--until must be an ISO 8601 time"),
-        (("--since", iso(T0), "--until", iso(T0 - MIN)), "--until must be after --since"),
-        (("--since", iso(T0), "--job", "42"), "--job must be a job id"),
-        (("--since", iso(T0), "--job", str(uuid.uuid4())), "--job: no such job"),
-        (("--since", iso(T0), "--receiver-log", "/nonexistent.jsonl"), "is not a readable file"),
-        (("--since", iso(T0), "--tolerance", "-1"), "--tolerance must be between"),
+        (("--until", "2026-13-45"), "--until must be an ISO 8601 time"),
+        (("--since", "2026-06-01T12:00Z", "--until", "2026-06-01T11:00Z"), "--until must be"),
+        (("--job", "42"), "--job must be a job id"),
+        (("--job", str(uuid.uuid4())), "--job: no such job"),
+        (("--receiver-log", "/nonexistent.jsonl"), "is not a readable file"),
+        (("--tolerance", "-1"), "--tolerance must be between"),
         (("--since", "2999-01-01T00:00:00Z"), "until must be after since"),
     ],
 )
@@ -270,6 +538,6 @@ def test_bad_arguments_are_a_clear_usage_error(args, message):
 
 
 def test_naive_times_are_read_as_utc(owner):
-    every_minute_job(owner)
+    minute_job(owner)
     text = audit_fires("--since", "2026-06-01T11:00:00", "--until", "2026-06-01 13:00")
     assert "2026-06-01T11:00:00Z .. 2026-06-01T13:00:00Z" in text

@@ -1,5 +1,5 @@
 """The fault suite: real ``dispatch`` and ``work`` processes, a real receiver,
-and real faults. Every scenario ends with the fire auditor (runs/audit.py)
+and real faults. Every scenario ends with the fire auditor (ops/audit.py)
 clean, over the scenario's whole window and with the receiver's log.
 
 The PostgreSQL restart scenario restarts the session's private embedded
@@ -19,7 +19,7 @@ from django.db import connection
 
 from core.db import db_now
 from dispatch.models import ProcessHeartbeat
-from runs.audit import AuditReport, audit
+from ops.audit import AuditReport, audit
 from runs.models import ACTIVE_STATES, Run
 from tests.processes.conftest import process_env, wait_until
 

@@ -1,5 +1,5 @@
 """``manage.py audit_fires``: prove no fire was lost, doubled or left stuck.
-Thin: parse, audit (runs/audit.py), print, and exit 1 on any violation."""
+Thin: parse, audit (ops/audit.py), print, and exit 1 on any violation."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs.models import Job
-from runs.audit import DEFAULT_TOLERANCE, audit
+from ops.audit import DEFAULT_TOLERANCE, audit
 
 USAGE_ERROR = 2  # violations exit 1; a bad argument exits 2
 
@@ -52,14 +52,19 @@ def readable(path: str | None) -> str | None:
 
 class Command(BaseCommand):
     help = (
-        "Audit fires over [--since, --until): every slot of every job's schedule has exactly one"
-        " run, no run is off schedule, none is stuck past its lease or deadline, and (with"
-        " --receiver-log) every success was delivered under one webhook-id. Prints a report and"
-        " exits 1 on any violation, 2 on a bad argument. Naive times are read as UTC."
+        "Audit fires (all of them, or those in [--since, --until)) against the schedule history:"
+        " every slot of every active stretch has exactly one run or is counted as missed, no run"
+        " is off schedule, nothing due is left undispatched or unclaimed while the fleet is"
+        " alive, no run is stuck, and (with --receiver-log) every success was delivered under one"
+        " webhook-id and nothing was delivered after a pause or delete. Prints a report with"
+        " each violation's rule and exits 1 on any violation, 2 on a bad argument. Naive times"
+        " are read as UTC."
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--since", required=True, metavar="ISO", help="start of the window")
+        parser.add_argument(
+            "--since", metavar="ISO", help="start of the window (default: all history)"
+        )
         parser.add_argument("--until", metavar="ISO", help="end of the window (default: now)")
         parser.add_argument(
             "--job", action="append", metavar="ID", help="only this job (repeatable)"
@@ -72,14 +77,14 @@ class Command(BaseCommand):
             type=float,
             default=DEFAULT_TOLERANCE.total_seconds(),
             metavar="SECONDS",
-            help="how long past its lease a running run may be before it counts as stuck"
-            " (default %(default)s)",
+            help="slack for every time comparison: past a fire's grace, a lease, a deadline,"
+            " a claimable time, a pause (default %(default)s)",
         )
 
     def handle(self, *args, **options):
-        since = parse_when("--since", options["since"])
+        since = parse_when("--since", options["since"]) if options["since"] else None
         until = parse_when("--until", options["until"]) if options["until"] else None
-        if until is not None and until <= since:
+        if since is not None and until is not None and until <= since:
             raise usage("--until must be after --since")
         if not 0 <= options["tolerance"] <= 86_400:
             raise usage("--tolerance must be between 0 and 86400")
