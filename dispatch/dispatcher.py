@@ -2,7 +2,7 @@
 
 ``Dispatcher.tick()`` does one batch in one transaction:
 
-1. Lock up to ``batch_size`` due active jobs (``FOR UPDATE SKIP LOCKED``,
+1. Lock up to ``batch_size`` due active jobs (``FOR NO KEY UPDATE SKIP LOCKED``,
    so any number of dispatchers share the due set without a leader). The
    commonest case (an interval job with one due fire within grace, and
    nothing for the overlap rule to decide) is inserted and advanced in one

@@ -27,14 +27,18 @@ _DUE_COLUMNS = """
 
 # Dispatcher tick, planned path (uses job_due_idx). SKIP LOCKED lets several
 # dispatchers share the due set: each takes a disjoint batch, so no fire is
-# planned by two of them at once, and none waits on another's locks.
+# planned by two of them at once, and none waits on another's locks. NO KEY
+# UPDATE (the lock its own UPDATE of next_fire_at needs) conflicts with
+# another dispatcher and with an owner's verb (FOR UPDATE), but not with a
+# worker's claim (FOR KEY SHARE, runs/leases.py): a claim in progress never
+# makes a due job wait a tick.
 LOCK_DUE_JOBS = f"""
     SELECT {_DUE_COLUMNS}
     FROM jobs_job
     WHERE state = 'active' AND next_fire_at <= %(now)s {{shard}}
     ORDER BY next_fire_at
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE SKIP LOCKED
 """
 SHARD_FILTER = "AND mod(hashtext(id::text) & 2147483647, %(shards)s) = %(shard)s"
 
@@ -138,7 +142,7 @@ DISPATCH_SIMPLE_INTERVALS = f"""
           AND {NOTHING_FOR_OVERLAP_TO_DECIDE}
         ORDER BY next_fire_at
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
+        FOR NO KEY UPDATE SKIP LOCKED
     ), ins AS (
         INSERT INTO runs_run (
             id, job_id, scheduled_at, kind, state, reason, attempt, max_attempts,

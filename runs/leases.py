@@ -115,12 +115,12 @@ RECORD_LOST_ATTEMPTS = record_lost_attempts(
 )
 
 # Only runs of live jobs are ever claimed, and the claim locks each job row
-# FOR SHARE ... SKIP LOCKED next to its run row. Why no claim can start an
+# FOR KEY SHARE ... SKIP LOCKED next to its run row. Why no claim can start an
 # attempt after a pause or delete of the job has committed (READ COMMITTED):
-# every pause (the verbs in runs/job_verbs.py take the row FOR UPDATE, the
-# automatic pause in runs/outcomes.py updates it) and the delete hold a lock on
-# the job row that conflicts with FOR SHARE from before they change it until
-# they commit. So when the claim reaches the job row, either
+# every pause (the verbs in runs/job_verbs.py take the row FOR UPDATE, and so
+# does the automatic pause, through them), every edit and the delete hold a
+# lock on the job row that conflicts with FOR KEY SHARE from before they
+# change it until they commit. So when the claim reaches the job row, either
 # - the pause holds its lock: SKIP LOCKED drops the run from this claim; or
 # - the pause committed: locking the row reads its newest version and
 #   PostgreSQL re-checks ``state = 'active' AND deleted_at IS NULL`` on it
@@ -130,13 +130,14 @@ RECORD_LOST_ATTEMPTS = record_lost_attempts(
 # An unlocked join would see the job as of the statement's snapshot: a claim
 # that started just before the pause committed would take the run and commit
 # after it. The same lock makes the overlap test below read the job's current
-# overlap_policy (an edit also holds the row FOR UPDATE). Its cost: a claim
-# skips, for one round, the runs of a job whose row another transaction is
-# writing (a dispatcher advancing it, a completion updating its failure
-# streak), and the dispatcher skips a due job for one tick while a claim
-# holds it.
+# overlap_policy (an edit also holds the row FOR UPDATE). KEY SHARE, the
+# weakest lock that conflicts with FOR UPDATE, does not conflict with the
+# dispatcher's FOR NO KEY UPDATE (dispatch/queries.py): a claim and a tick
+# never make each other skip a job. A claim skips, for one round, the runs of
+# a job whose row an owner's verb holds, or whose failure streak a completion
+# is updating.
 JOB_IS_LIVE = "AND j.state = 'active' AND j.deleted_at IS NULL"
-LOCK_RUN_AND_JOB = "FOR UPDATE OF r SKIP LOCKED FOR SHARE OF j SKIP LOCKED"
+LOCK_RUN_AND_JOB = "FOR UPDATE OF r SKIP LOCKED FOR KEY SHARE OF j SKIP LOCKED"
 
 # Worker claim loop and the pull API's claim, first statement: running runs
 # whose lease expired (their worker died or stalled) are taken over at once

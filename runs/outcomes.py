@@ -188,7 +188,7 @@ FAIL_EXHAUSTED = (
 #   while the job was paused, and it starts once the job is resumed.
 # None of them can have started an attempt meanwhile (the claim takes runs of
 # live jobs only). FOR UPDATE re-checks the run's state and lease under its
-# row lock, and FOR SHARE the job's state: a run its worker completed or
+# row lock, and FOR KEY SHARE the job's state: a run its worker completed or
 # heartbeated, or a job resumed meanwhile, is left alone.
 CANCEL_STOPPED = (
     """
@@ -200,7 +200,7 @@ CANCEL_STOPPED = (
           AND (r.state = 'retrying'
                OR (r.state = 'running' AND r.lease_until < %(now)s)
                OR (r.state = 'pending' AND j.deleted_at IS NOT NULL))
-        FOR UPDATE OF r SKIP LOCKED FOR SHARE OF j SKIP LOCKED
+        FOR UPDATE OF r SKIP LOCKED FOR KEY SHARE OF j SKIP LOCKED
 """
     + record_lost_attempts(
         "interrupted", "interrupted: the lease expired, and the job was paused or deleted"
