@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 
-from django.db import connection
+from django.db import connection, transaction
 
 from jobs.models import Job
 
@@ -32,8 +32,8 @@ def rewrite_job(job: Job, **fields) -> None:
     schedule history is rewritten to match, one span from its created_at in
     its current state. For tests that place a job at a fixed past time (the
     schedule-history guard refuses a state or schedule change without it)."""
-    Job.objects.filter(pk=job.pk).update(**fields)
-    with connection.cursor() as cur:
+    with transaction.atomic(), connection.cursor() as cur:
+        Job.objects.filter(pk=job.pk).update(**fields)
         cur.execute("DELETE FROM jobs_schedulespan WHERE job_id = %s", [job.pk])
         cur.execute(
             """

@@ -112,3 +112,42 @@ def test_no_claim_starts_an_attempt_after_a_pause_commits(owner, verb):
     assert outcomes.cancel_stopped() == 1
     run.refresh_from_db()
     assert (run.state, run.reason) == ("cancelled", STOP_VERBS[verb])
+
+
+def test_a_claim_in_progress_does_not_make_a_due_job_wait_a_tick(owner):
+    """A worker's claim holds the job row FOR KEY SHARE until it commits; the
+    dispatcher's lock (FOR NO KEY UPDATE SKIP LOCKED) does not conflict with
+    it, so the job's next fire is dispatched on time rather than skipped."""
+    import threading
+
+    from django.db import connection as this
+    from django.db import transaction as tx
+
+    from core.db import db_now
+    from dispatch.dispatcher import Dispatcher
+    from runs.models import Run
+    from tests.factories import make_job, rewrite_job
+    from tests.integration import races
+
+    job = make_job(owner, interval_seconds=60, overlap_policy="allow")
+    now = db_now()
+    fire = now - dt.timedelta(seconds=1)
+    rewrite_job(job, created_at=fire - dt.timedelta(seconds=60), start_at=None, next_fire_at=fire)
+    held, release = threading.Event(), threading.Event()
+
+    def claim_holds_the_row():
+        with tx.atomic():
+            with this.cursor() as cur:
+                cur.execute("SELECT 1 FROM jobs_job WHERE id = %s FOR KEY SHARE", [job.pk])
+            held.set()
+            release.wait(30)
+
+    other = races.start(claim_holds_the_row)
+    assert held.wait(30)
+    try:
+        result = Dispatcher().tick()
+    finally:
+        release.set()
+        other.result()
+    assert result.jobs == 1
+    assert Run.objects.filter(job=job).count() == 1
