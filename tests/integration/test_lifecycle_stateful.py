@@ -2,7 +2,7 @@
 (tests/lifecycle_machine.py walks them and states the invariants).
 
 500 seeded sequences, in shards that xdist spreads over its workers. Each
-sequence creates 2 or 3 jobs and takes 15 to 25 steps: owner verbs, dispatcher
+sequence creates 2 jobs (sometimes a third later) and takes 15 to 18 steps: owner verbs, dispatcher
 ticks and housekeeping, worker claims, heartbeats, completions and crashes,
 and jumps of the database clock of seconds to hours. After every step:
 
@@ -49,7 +49,7 @@ SHRINK = os.environ.get("PUNCTUAL_STATEFUL_SHRINK") == "1"
 # one seed shows its failure in full.
 KNOWN_FAILURES = pytest.mark.xfail(
     ONE_SEED is None,
-    reason="known lifecycle bugs on main (see the module docstring's list)",
+    reason="known lifecycle bugs on main (listed above KNOWN_FAILURES)",
     strict=False,
 )
 
