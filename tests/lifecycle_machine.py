@@ -270,6 +270,7 @@ class Machine:
         self.dispatcher = Dispatcher(name=f"stateful-{seed}")
         self.since = db_now() - dt.timedelta(seconds=1)
         self.step_start = self.since
+        self.audited_writes: tuple = ()
 
     # -- running ------------------------------------------------------------
 
@@ -522,13 +523,30 @@ class Machine:
             self._check_version(m)
             self._check_overlap(m, by_job[m.job.pk])
         self._check_no_attempt_while_stopped(ids, runs)
-        if ids and AUDIT:
+        if ids and AUDIT and self._audit_inputs_changed(final):
             problems = [v for v in audit_problems(ids, self.since) if final or v.kind != Kind.STUCK]
             if problems:
                 listed = "; ".join(str(v) for v in problems[:3])
                 raise Violation(
                     f"audit:{problems[0].kind}", f"{len(problems)} violations: {listed}"
                 )
+
+    def _audit_inputs_changed(self, final: bool) -> bool:
+        """Whether the auditor could answer differently than after the last
+        step: some row was written in this transaction since then (the
+        transaction's own tuple counters), or the clock jumped. A step that
+        wrote nothing leaves every input of the audit as it was but the clock,
+        which moved by milliseconds only, so its answer is the same: not
+        asking again saves a third of the run time."""
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)"
+                " FROM pg_stat_xact_user_tables"
+            )
+            writes = (cur.fetchone()[0], self.offset)
+        changed = final or writes != self.audited_writes
+        self.audited_writes = writes
+        return changed
 
     def _observe(self, m: JobModel, k: int) -> None:
         job = m.job
