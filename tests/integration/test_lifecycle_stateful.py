@@ -1,0 +1,79 @@
+"""Randomized, stateful job lifecycles on the real database
+(tests/lifecycle_machine.py walks them and states the invariants).
+
+500 seeded sequences, in shards that xdist spreads over its workers. Each
+sequence creates 2 jobs (sometimes a third later) and takes 15 to 18 steps:
+owner verbs, dispatcher ticks and housekeeping, worker claims, heartbeats,
+completions and crashes, and jumps of the database clock of seconds to hours.
+After every step:
+
+- the fire auditor finds nothing (a run left ``running`` past its lease is
+  only checked once the fleet came back, after the last step: a crashed
+  worker with nobody to take over is the scenario, not a bug);
+- no attempt of a run starts while its job is paused or deleted (a manual or
+  backfill run the owner created during the pause is theirs to run);
+- under the overlap policy now in force, at most one run of a skip or queue
+  job is running, and a queue job has at most one scheduled run waiting.
+  Runs that were already running (or waiting) when an ``allow`` job switched
+  are left to finish; any attempt started after the switch counts;
+- a job's version never goes back, and one version never names two contents;
+- no step raises (the schedule-history guard is checked after every step).
+
+``PUNCTUAL_STATEFUL_SEED=1234`` runs that one sequence (and prints it);
+``PUNCTUAL_STATEFUL_KEEP=0,3,7`` keeps only those of its steps (a shrunk
+reproduction); ``PUNCTUAL_STATEFUL_SHRINK=1`` shrinks each failure found.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.lifecycle_machine import run_seed, shrink
+
+pytestmark = pytest.mark.django_db
+
+SHARDS = 20
+PER_SHARD = 25  # 500 sequences in all
+ONE_SEED = os.environ.get("PUNCTUAL_STATEFUL_SEED")
+KEEP = os.environ.get("PUNCTUAL_STATEFUL_KEEP")
+SHRINK = os.environ.get("PUNCTUAL_STATEFUL_SHRINK") == "1"
+
+
+# Known failures on main when this test was written, each with a shrunk
+# reproduction (PUNCTUAL_STATEFUL_AUDIT=0 for the first three):
+# - an expired lease of a paused or deleted job's run is taken over, so an
+#   attempt starts during the pause: seed 185, KEEP=0,7,10,11,15;
+# - a run planned under ``allow`` keeps running side by side after the job
+#   switched to skip: seed 331, KEEP=1,2,10,13;
+# - a running pull run of a deleted job whose worker died is never taken
+#   over nor failed (stuck): create a pull job, tick, claim, delete, drain;
+# - the auditor reads pause and edit times from the application clock while
+#   fires are in database time (seed 9, KEEP=1,3,5) and wants a row for each
+#   fire of a recovery past the 100-row cap (seed 8, KEEP=1,19).
+# Not strict: a shard may pass. Reproducing one seed shows its failure.
+KNOWN_FAILURES = pytest.mark.xfail(
+    ONE_SEED is None,
+    reason="known lifecycle bugs on main (listed above)",
+    strict=False,
+)
+
+
+@KNOWN_FAILURES
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_random_lifecycles_keep_the_invariants(shard, owner):
+    if ONE_SEED is not None:
+        if shard:
+            pytest.skip("PUNCTUAL_STATEFUL_SEED runs one sequence, in shard 0")
+        seeds = [int(ONE_SEED)]
+    else:
+        seeds = list(range(shard * PER_SHARD, (shard + 1) * PER_SHARD))
+    keep = [int(k) for k in KEEP.split(",") if k] if KEEP else None
+    failures = []
+    for seed in seeds:
+        failure = run_seed(seed, owner, keep)
+        if failure is not None:
+            failures.append(shrink(seed, owner, failure) if SHRINK else failure)
+    if failures:
+        pytest.fail("\n\n".join(f.render() for f in failures), pytrace=False)
