@@ -22,7 +22,8 @@ Rules (``Rule``), for each job:
 
 1. **Slots of active spans.** For each ``active`` span, the slots of its
    schedule in ``(started_at, end]`` are accounted for exactly once: by a run
-   (kind ``scheduled`` or ``catch_up``, any state) at the slot, or by the
+   (any kind and state: a backfill that reached a slot before the dispatcher
+   did holds it, by the unique fire key) at the slot, or by the
    span's ``missed_count`` (fires a long recovery counted instead of listing).
    It is reconciled as a count: ``slots - runs == missed_count``. ``end`` is
    the span's end for a closed span (the pause, delete or edit that closed it
@@ -349,10 +350,10 @@ _SPAN_COUNTS = f"""
     SELECT b.*, (b.lo = b.started_at AND b.hi = b.owed_to) AS exact,
            c.runs, c.on_slot
     FROM b LEFT JOIN LATERAL (
-        SELECT count(*) AS runs, count(*) FILTER (WHERE {_on_slot("b")}) AS on_slot
+        SELECT count(*) FILTER (WHERE r.kind IN ('scheduled', 'catch_up')) AS runs,
+               count(*) FILTER (WHERE {_on_slot("b")}) AS on_slot
         FROM runs_run AS r
         WHERE r.job_id = b.job_id AND r.scheduled_at > b.lo AND r.scheduled_at <= b.hi
-          AND r.kind IN ('scheduled', 'catch_up')
     ) AS c ON true
     WHERE b.hi > b.lo
     ORDER BY b.job_id, b.started_at
@@ -436,7 +437,7 @@ def _list_gaps(report, span, schedule: Schedule, slots: int, on_slot: int, count
     with dict_cursor() as cur:
         cur.execute(
             "SELECT scheduled_at FROM runs_run WHERE job_id = %s AND scheduled_at > %s"
-            " AND scheduled_at <= %s AND kind IN ('scheduled', 'catch_up')",
+            " AND scheduled_at <= %s",
             [span["job_id"], span["lo"], span["hi"]],
         )
         taken = {row["scheduled_at"] for row in cur.fetchall()}

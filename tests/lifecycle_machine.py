@@ -33,9 +33,9 @@ from django.db import connection, transaction
 from core.db import db_now
 from dispatch.dispatcher import Dispatcher
 from jobs.models import Channel, Job, JobState
+from ops.audit import Rule, audit
 from runs import job_verbs, leases, outcomes
 from runs.after_attempt import after_attempt
-from runs.audit import Kind, audit
 from runs.models import Run
 from runs.retry import Outcome
 from tests.factories import make_job
@@ -524,11 +524,13 @@ class Machine:
             self._check_overlap(m, by_job[m.job.pk])
         self._check_no_attempt_while_stopped(ids, runs)
         if ids and AUDIT and self._audit_inputs_changed(final):
-            problems = [v for v in audit_problems(ids, self.since) if final or v.kind != Kind.STUCK]
+            problems = [
+                v for v in audit_problems(ids, self.since) if final or v.rule != Rule.STUCK_RUNNING
+            ]
             if problems:
                 listed = "; ".join(str(v) for v in problems[:3])
                 raise Violation(
-                    f"audit:{problems[0].kind}", f"{len(problems)} violations: {listed}"
+                    f"audit:{problems[0].rule}", f"{len(problems)} violations: {listed}"
                 )
 
     def _audit_inputs_changed(self, final: bool) -> bool:
