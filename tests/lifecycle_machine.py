@@ -428,7 +428,9 @@ class Machine:
         self.dispatcher._auto_resume()
 
     def do_fail_exhausted(self) -> None:
+        # The dispatcher's housekeeping, as Dispatcher._reap_and_prune runs it.
         outcomes.fail_exhausted()
+        outcomes.cancel_stopped()
 
     # -- workers --------------------------------------------------------------
 
