@@ -41,26 +41,6 @@ KEEP = os.environ.get("PUNCTUAL_STATEFUL_KEEP")
 SHRINK = os.environ.get("PUNCTUAL_STATEFUL_SHRINK") == "1"
 
 
-# Known failures on main when this test was written, each with a shrunk
-# reproduction (PUNCTUAL_STATEFUL_AUDIT=0 for the first three):
-# - an expired lease of a paused or deleted job's run is taken over, so an
-#   attempt starts during the pause: seed 185, KEEP=0,7,10,11,15;
-# - a run planned under ``allow`` keeps running side by side after the job
-#   switched to skip: seed 331, KEEP=1,2,10,13;
-# - a running pull run of a deleted job whose worker died is never taken
-#   over nor failed (stuck): create a pull job, tick, claim, delete, drain;
-# - the auditor reads pause and edit times from the application clock while
-#   fires are in database time (seed 9, KEEP=1,3,5) and wants a row for each
-#   fire of a recovery past the 100-row cap (seed 8, KEEP=1,19).
-# Not strict: a shard may pass. Reproducing one seed shows its failure.
-KNOWN_FAILURES = pytest.mark.xfail(
-    ONE_SEED is None,
-    reason="known lifecycle bugs on main (listed above)",
-    strict=False,
-)
-
-
-@KNOWN_FAILURES
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_random_lifecycles_keep_the_invariants(shard, owner):
     if ONE_SEED is not None:
