@@ -1,11 +1,11 @@
 """Runs (one row per fire) and their attempts (README "Input rules", "Run").
 
 A run's id is the fire's identity: every delivery attempt carries it as
-``webhook-id`` and ``Idempotency-Key``, and it is derived from the fire
-(runs/identity.py), never drawn at random, by every path that inserts runs. State changes on the hot path (claim,
-heartbeat, complete) are guarded set-based SQL in ``runs/leases.py`` and
-``runs/outcomes.py``; this module holds the rows, named filters, and the
-operator verbs.
+``webhook-id`` and ``Idempotency-Key``, and every path that inserts runs
+derives it from the fire (runs/identity.py) instead of drawing it at random.
+State changes on the hot path (claim, heartbeat, complete) are guarded
+set-based SQL in ``runs/leases.py`` and ``runs/outcomes.py``; this module
+holds the rows, named filters, and the operator verbs.
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@ from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 from standardwebhooks.webhooks import Webhook
 
+from core.db import db_now
+from dispatch.dispatcher import Dispatcher
 from dispatch.webhooks import (
     MAX_RESPONSE_BYTES,
     Delivery,
@@ -36,8 +38,6 @@ from dispatch.webhooks import (
     make_session,
     resolve_public,
 )
-from core.db import db_now
-from dispatch.dispatcher import Dispatcher
 from dispatch.worker import Worker
 from jobs.models import Job
 from runs import identity, job_verbs, retention
