@@ -95,10 +95,12 @@ class RunQuerySet(models.QuerySet["Run"]):
     ) -> int:
         """Insert the runs a plan decided, as ``(scheduled_at, kind, state,
         reason)``: pending ones wait for a worker, the others are recorded as
-        finished at ``now``. Fires that already have a run are left alone."""
+        finished at ``now``. Fires that already have a run are left alone.
+        Each run's id is its fire's (runs/identity.py), as the dispatcher's."""
         offset = dt.timedelta(seconds=jitter_offset(job.pk, job.jitter_seconds))
         objs = [
             self.model(
+                id=identity.fire_id(job.pk, fire),
                 job=job,
                 scheduled_at=fire,
                 kind=kind,

@@ -81,6 +81,23 @@ def test_catch_up_on_resume_names_each_run_after_its_fire(owner):
     assert_fire_ids(job)
 
 
+@pytest.mark.parametrize(
+    "verb",
+    [
+        lambda job: job_verbs.pause(job),
+        lambda job: job_verbs.soft_delete(job),
+        lambda job: job_verbs.edit(job, {"interval_seconds": 120}),
+    ],
+    ids=["pause", "delete", "edit"],
+)
+def test_fires_a_verb_settles_before_changing_the_job_are_named_after_their_fire(owner, verb):
+    job = make_job(owner, interval_seconds=60)
+    due_at(job, db_now() - 90 * S)
+    verb(job)
+    assert Run.objects.filter(job=job).count() == 2
+    assert_fire_ids(job)
+
+
 def test_a_pruned_fire_dispatched_then_backfilled_comes_back_with_the_same_id(owner):
     job = due_at(make_job(owner, interval_seconds=60), T0)
     for minute in range(3):
