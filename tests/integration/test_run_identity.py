@@ -15,7 +15,7 @@ from dispatch.dispatcher import Dispatcher
 from jobs.models import Job
 from runs import identity, job_verbs, retention
 from runs.models import Run
-from tests.factories import at, make_job
+from tests.factories import at, make_job, rewrite_job
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +25,7 @@ MINUTE = 60 * S
 
 
 def due_at(job: Job, when: dt.datetime) -> Job:
-    Job.objects.filter(pk=job.pk).update(next_fire_at=when, created_at=when, start_at=when)
+    rewrite_job(job, next_fire_at=when, created_at=when, start_at=when)
     job.refresh_from_db()
     return job
 
@@ -75,7 +75,7 @@ def test_catch_up_on_resume_names_each_run_after_its_fire(owner):
     job = make_job(owner, interval_seconds=60, max_catchup=3)
     job_verbs.pause(job)
     ten_minutes_ago = db_now() - 10 * MINUTE
-    Job.objects.filter(pk=job.pk).update(created_at=ten_minutes_ago, paused_at=ten_minutes_ago)
+    rewrite_job(job, created_at=ten_minutes_ago, paused_at=ten_minutes_ago)
     job.refresh_from_db()
     assert job_verbs.resume(job, catch_up=True)["created"] == 3
     assert_fire_ids(job)

@@ -39,11 +39,10 @@ from dispatch.webhooks import (
     resolve_public,
 )
 from dispatch.worker import Worker
-from jobs.models import Job
 from runs import identity, job_verbs, retention
 from runs.models import Run
 from runs.retry import Outcome
-from tests.factories import make_job
+from tests.factories import make_job, rewrite_job
 
 T = TypeVar("T")
 
@@ -584,7 +583,7 @@ def test_the_worker_sends_the_fire_id_and_again_after_the_run_was_pruned_and_bac
     fire = db_now() - dt.timedelta(minutes=2)
     with receiver_in_thread() as rx:
         job = make_job(owner, interval_seconds=3600, url=rx.url("/ok"))
-        Job.objects.filter(pk=job.pk).update(next_fire_at=fire, created_at=fire, start_at=fire)
+        rewrite_job(job, next_fire_at=fire, created_at=fire, start_at=fire)
         job.refresh_from_db()
         assert Dispatcher().tick(now=fire + dt.timedelta(seconds=1)).created == {"pending": 1}
         assert Worker(concurrency=5).run_once() == 1

@@ -117,10 +117,9 @@ def test_the_readme_run_id_recipe_recomputes_the_ids_punctual_sends(owner):
     the id Punctual sent, for a fire with and without a fraction of a second,
     and for a manual trigger with a key."""
     from dispatch.dispatcher import Dispatcher
-    from jobs.models import Job
     from runs import job_verbs
     from runs.models import Run
-    from tests.factories import make_job
+    from tests.factories import make_job, rewrite_job
 
     blocks = re.findall(r"```python\n(.*?)```", README, re.S)
     [code] = [b for b in blocks if "def fire_id(" in b]
@@ -131,7 +130,7 @@ def test_the_readme_run_id_recipe_recomputes_the_ids_punctual_sends(owner):
     fires.append(fires[0] + dt.timedelta(microseconds=250_001))
     for fire in fires:
         job = make_job(owner)
-        Job.objects.filter(pk=job.pk).update(next_fire_at=fire, created_at=fire, start_at=fire)
+        rewrite_job(job, next_fire_at=fire, created_at=fire, start_at=fire)
         Dispatcher().tick(now=fire + dt.timedelta(seconds=1))
         run = Run.objects.get(job=job)
         # What the body of its delivery says.
