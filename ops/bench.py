@@ -99,6 +99,9 @@ def reset(force: bool) -> None:
             cur.execute("DELETE FROM jobs_job WHERE owner_id = %s", [owner])
 
 
+# One transaction: the schedule-history guard checks each new job at commit,
+# after open_missing_spans has given it its span.
+@transaction.atomic
 def insert_jobs(
     count: int,
     *,
