@@ -151,11 +151,12 @@ NOTHING_FOR_OVERLAP_TO_DECIDE = """
 # The second statement finds the jobs again by ctid (a row's physical
 # address): a Tid Scan costs the same however large the table is, where a
 # join on the id would flip between index probes and a full scan with the
-# table's size. That is safe because this transaction holds the rows FOR
-# UPDATE from the first statement on: no one else can update, delete or move
-# them, so their ctids and next_fire_at (the fire that was named) are the ones
-# the first statement read. Both aggregates read the locked rows in one pass,
-# so the n-th ctid and the n-th name are the same job's.
+# table's size. That is safe because this transaction holds the rows FOR NO
+# KEY UPDATE (as LOCK_DUE_JOBS, for the same reason) from the first statement
+# on: no one else can update, delete or move them (a claim's KEY SHARE lock
+# moves nothing), so their ctids and next_fire_at (the fire that was named)
+# are the ones the first statement read. Both aggregates read the locked
+# rows in one pass, so the n-th ctid and the n-th name are the same job's.
 LOCK_SIMPLE_INTERVALS = f"""
     SELECT string_agg(tid, ' ') AS tids, string_agg(name, ',') AS names
     FROM (
