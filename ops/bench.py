@@ -44,6 +44,7 @@ from django.db import connection, transaction
 from core.db import db_now
 from dispatch.dispatcher import Dispatcher
 from jobs import crypto, history
+from runs import identity
 
 BENCH_OWNER = "punctual-bench"
 ROOT = Path(settings.BASE_DIR)
@@ -99,6 +100,9 @@ def reset(force: bool) -> None:
             cur.execute("DELETE FROM jobs_job WHERE owner_id = %s", [owner])
 
 
+# One transaction: the schedule-history guard checks each new job at commit,
+# after open_missing_spans has given it its span.
+@transaction.atomic
 def insert_jobs(
     count: int,
     *,
@@ -607,19 +611,35 @@ def scenario_audit(*, jobs: int, runs_per_job: int, cron_share: float, repeat: i
             },
         )
         history.open_missing_spans(base)
-        cur.execute(
-            """
-            INSERT INTO runs_run (
-                id, job_id, scheduled_at, kind, state, reason, attempt, max_attempts,
-                available_at, lease_owner, created_at, started_at, finished_at, last_error,
-                target_kind, exclusive)
-            SELECT gen_random_uuid(), j.id, %(base)s + k * interval '1 minute', 'scheduled',
-                   'succeeded', '', 1, 3, NULL, '', now(), now(), now(), '', 'webhook', true
-            FROM jobs_job AS j, generate_series(1, %(n)s) AS k
-            WHERE j.owner_id = %(owner)s
-            """,
-            {"owner": owner, "base": base, "n": runs_per_job},
-        )
+        # Each run gets its fire's id (runs/identity.py), as every real path
+        # gives it; PostgreSQL cannot make them, so they are hashed here, a
+        # thousand jobs' runs per statement.
+        cur.execute("SELECT id::text FROM jobs_job WHERE owner_id = %s", [owner])
+        job_ids = [job_id for (job_id,) in cur.fetchall()]
+        slots = [
+            (k, identity.utc_text(base + dt.timedelta(minutes=k)))
+            for k in range(1, runs_per_job + 1)
+        ]
+        for start in range(0, len(job_ids), 1000):
+            rows = [(j, k, f"{j}/{at}") for j in job_ids[start : start + 1000] for k, at in slots]
+            cur.execute(
+                """
+                INSERT INTO runs_run (
+                    id, job_id, scheduled_at, kind, state, reason, attempt, max_attempts,
+                    available_at, lease_owner, created_at, started_at, finished_at, last_error,
+                    target_kind, exclusive)
+                SELECT r.id, r.job_id, %(base)s + r.k * interval '1 minute', 'scheduled',
+                       'succeeded', '', 1, 3, NULL, '', now(), now(), now(), '', 'webhook', true
+                FROM unnest(%(ids)s::uuid[], %(jobs)s::uuid[], %(ks)s::int[])
+                     AS r(id, job_id, k)
+                """,
+                {
+                    "base": base,
+                    "ids": identity.ids_for_names([name for _, _, name in rows]),
+                    "jobs": [j for j, _, _ in rows],
+                    "ks": [k for _, k, _ in rows],
+                },
+            )
         cur.execute("ANALYZE jobs_job")
         cur.execute("ANALYZE runs_run")
         cur.execute("ANALYZE jobs_schedulespan")

@@ -28,7 +28,7 @@ from django.db.models import F
 from core.db import db_now
 from jobs import history
 from jobs.models import Channel, Job, JobState, OverlapPolicy
-from runs import planning
+from runs import identity, planning
 from runs.models import Reason, Run, RunKind, RunState
 
 MAX_BACKFILL = 1000
@@ -208,10 +208,29 @@ def resume(
 
 
 @transaction.atomic
-def trigger(job: Job, *, actor=None, channel: str = Channel.API) -> Run:
-    """A manual run, scheduled at the database's now, delivered like any other."""
+def trigger(
+    job: Job, *, idempotency_key: str | None = None, actor=None, channel: str = Channel.API
+) -> Run:
+    """A manual run, scheduled at the database's now, delivered like any other.
+
+    Its id is ``manual_id(job, key)`` when the request carried an
+    Idempotency-Key, else the id of the fire at that now (runs/identity.py).
+    A key that already made a run of this job gets that run back, not a
+    second one: the stored answer (jobs/idempotency.py) covers a repeat
+    within 24 hours and serialises concurrent ones, and this covers a repeat
+    after the answer expired, whose new run would otherwise collide with the
+    first one's id.
+    """
     now = db_now()
+    if idempotency_key is not None:
+        run_id = identity.manual_id(job.pk, idempotency_key)
+        earlier = Run.objects.filter(pk=run_id).first()
+        if earlier is not None:
+            return earlier
+    else:
+        run_id = identity.fire_id(job.pk, now)
     run = Run.objects.create(
+        id=run_id,
         job=job,
         scheduled_at=now,
         available_at=now,

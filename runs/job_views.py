@@ -284,7 +284,11 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
     def _trigger(self, request: Request) -> Response:
         with transaction.atomic():
             job = self.get_job(lock=True)
-            run = job_verbs.trigger(job, actor=request.user, channel=Channel.API)
+            # respond() has checked the key's form before calling us.
+            key = request.headers.get(idempotency.HEADER)
+            run = job_verbs.trigger(
+                job, idempotency_key=key, actor=request.user, channel=Channel.API
+            )
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(

@@ -1,10 +1,11 @@
 """Runs (one row per fire) and their attempts (README "Input rules", "Run").
 
 A run's id is the fire's identity: every delivery attempt carries it as
-``webhook-id`` and ``Idempotency-Key``. State changes on the hot path (claim,
-heartbeat, complete) are guarded set-based SQL in ``runs/leases.py`` and
-``runs/outcomes.py``; this module holds the rows, named filters, and the
-operator verbs.
+``webhook-id`` and ``Idempotency-Key``, and every path that inserts runs
+derives it from the fire (runs/identity.py) instead of drawing it at random.
+State changes on the hot path (claim, heartbeat, complete) are guarded
+set-based SQL in ``runs/leases.py`` and ``runs/outcomes.py``; this module
+holds the rows, named filters, and the operator verbs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from django.db.models import Q
 
 from core.db import db_now
 from jobs.schedules import jitter_offset
+from runs import identity
 
 if TYPE_CHECKING:
     from jobs.models import Job
@@ -93,10 +95,12 @@ class RunQuerySet(models.QuerySet["Run"]):
     ) -> int:
         """Insert the runs a plan decided, as ``(scheduled_at, kind, state,
         reason)``: pending ones wait for a worker, the others are recorded as
-        finished at ``now``. Fires that already have a run are left alone."""
+        finished at ``now``. Fires that already have a run are left alone.
+        Each run's id is its fire's (runs/identity.py), as the dispatcher's."""
         offset = dt.timedelta(seconds=jitter_offset(job.pk, job.jitter_seconds))
         objs = [
             self.model(
+                id=identity.fire_id(job.pk, fire),
                 job=job,
                 scheduled_at=fire,
                 kind=kind,
@@ -117,10 +121,13 @@ class RunQuerySet(models.QuerySet["Run"]):
 
     def create_for_fires(self, job: Job, fires: Iterable[dt.datetime], *, kind: str) -> int:
         """Insert pending runs for ``fires``; fires that already have a run are
-        left alone (the unique fire key turns a duplicate into a no-op)."""
+        left alone (the unique fire key turns a duplicate into a no-op). Each
+        run's id is its fire's, so a fire whose run was pruned (or lost) comes
+        back under the id it was first delivered with."""
         offset = dt.timedelta(seconds=jitter_offset(job.pk, job.jitter_seconds))
         rows = [
             self.model(
+                id=identity.fire_id(job.pk, fire),
                 job=job,
                 scheduled_at=fire,
                 kind=kind,

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime as dt
 import os
 import socket
-from collections.abc import AsyncIterator, Coroutine
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -22,6 +24,8 @@ from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 from standardwebhooks.webhooks import Webhook
 
+from core.db import db_now
+from dispatch.dispatcher import Dispatcher
 from dispatch.webhooks import (
     MAX_RESPONSE_BYTES,
     Delivery,
@@ -34,7 +38,11 @@ from dispatch.webhooks import (
     make_session,
     resolve_public,
 )
+from dispatch.worker import Worker
+from runs import identity, job_verbs, retention
+from runs.models import Run
 from runs.retry import Outcome
+from tests.factories import make_job, rewrite_job
 
 T = TypeVar("T")
 
@@ -124,6 +132,23 @@ async def receiver() -> AsyncIterator[Receiver]:
         yield rx
     finally:
         await runner.cleanup()
+
+
+@contextmanager
+def receiver_in_thread() -> Iterator[Receiver]:
+    """The same receiver on its own event loop in a thread, for code under
+    test that runs a loop of its own (``Worker.run_once`` calls asyncio.run)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    serving = receiver()
+    try:
+        yield asyncio.run_coroutine_threadsafe(serving.__aenter__(), loop).result(timeout=30)
+    finally:
+        asyncio.run_coroutine_threadsafe(serving.__aexit__(None, None, None), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        loop.close()
 
 
 @asynccontextmanager
@@ -542,3 +567,32 @@ def test_errors_never_contain_the_secret() -> None:
     for result, _ in results:
         assert secret_body not in result.error
         assert secret_body not in result.excerpt
+
+
+# --- the identity a receiver de-duplicates on ---------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_worker_sends_the_fire_id_and_again_after_the_run_was_pruned_and_backfilled(
+    owner, settings
+) -> None:
+    """webhook-id = Idempotency-Key = uuid5 of (job, scheduled_at): a fire whose
+    row was pruned and made again by a backfill reaches the receiver under the
+    id it already has, so the receiver can tell it is the same fire."""
+    settings.PUNCTUAL_ALLOW_PRIVATE_TARGETS = True
+    fire = db_now() - dt.timedelta(minutes=2)
+    with receiver_in_thread() as rx:
+        job = make_job(owner, interval_seconds=3600, url=rx.url("/ok"))
+        rewrite_job(job, next_fire_at=fire, created_at=fire, start_at=fire)
+        job.refresh_from_db()
+        assert Dispatcher().tick(now=fire + dt.timedelta(seconds=1)).created == {"pending": 1}
+        assert Worker(concurrency=5).run_once() == 1
+
+        assert Run.objects.get(job=job).state == "succeeded"
+        assert retention.prune_batch(fire + dt.timedelta(seconds=1)) == 1
+        assert job_verbs.backfill(job, fire, fire + dt.timedelta(seconds=1))["created"] == 1
+        assert Worker(concurrency=5).run_once() == 1
+
+    expected = str(identity.fire_id(job.pk, fire))
+    sent = [(r.headers["webhook-id"], r.headers["idempotency-key"]) for r in rx.requests]
+    assert sent == [(expected, expected), (expected, expected)]

@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 
 from jobs.models import IdempotencyKey, Job
+from runs import identity
 from runs.models import Run
 from tests.factories import make_job
 from tests.integration.api.support import PUBLIC_URL, token_client
@@ -30,9 +31,28 @@ def test_trigger_repeated_with_the_same_key_returns_one_run(api, owner):
     assert again["Idempotent-Replayed"] == "true"
     assert Run.objects.filter(job=job).count() == 1
     assert job.events.filter(action="triggered").count() == 1
+    assert first.json()["id"] == str(identity.manual_id(job.pk, "fire-2026-01-01"))
     other = api.post(url, HTTP_IDEMPOTENCY_KEY="another-key")
     assert other.json()["id"] != first.json()["id"]
     assert Run.objects.filter(job=job).count() == 2
+    plain = api.post(url).json()
+    assert plain["id"] == str(
+        identity.fire_id(job.pk, dt.datetime.fromisoformat(plain["scheduled_at"]))
+    )
+
+
+def test_trigger_with_a_key_whose_answer_expired_is_still_one_run(api, owner):
+    """The key names the manual fire for good: once its stored answer is gone,
+    a repeat gets the same run back, not a second fire (nor a clash on the id)."""
+    job = make_job(owner)
+    url = f"{JOBS}{job.pk}/trigger/"
+    first = api.post(url, HTTP_IDEMPOTENCY_KEY="deploy-42")
+    IdempotencyKey.objects.update(created_at=dt.datetime(2020, 1, 1, tzinfo=dt.UTC))
+    later = api.post(url, HTTP_IDEMPOTENCY_KEY="deploy-42")
+    assert later.status_code == 201 and "Idempotent-Replayed" not in later
+    assert later.json()["id"] == first.json()["id"] == str(identity.manual_id(job.pk, "deploy-42"))
+    assert Run.objects.filter(job=job).count() == 1
+    assert job.events.filter(action="triggered").count() == 1
 
 
 def test_create_repeated_with_the_same_key_returns_the_same_job_and_secret(api):

@@ -109,3 +109,33 @@ def test_the_readme_opens_with_the_two_commands_and_keeps_the_shared_sections():
     for heading in ("## Benchmarks", "## Fault matrix", "## Design choices", "## Security"):
         assert f"\n{heading}\n" in README
     assert "```mermaid\nflowchart" in README and "```mermaid\nstateDiagram-v2" in README
+
+
+@pytest.mark.django_db
+def test_the_readme_run_id_recipe_recomputes_the_ids_punctual_sends(owner):
+    """A receiver following README "The run id" from a delivery's body gets
+    the id Punctual sent, for a fire with and without a fraction of a second,
+    and for a manual trigger with a key."""
+    from dispatch.dispatcher import Dispatcher
+    from runs import job_verbs
+    from runs.models import Run
+    from tests.factories import make_job, rewrite_job
+
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    [code] = [b for b in blocks if "def fire_id(" in b]
+    recipe: dict = {}
+    exec(code, recipe)
+
+    fires = [dt.datetime(2026, 3, 1, 9, 30, tzinfo=dt.UTC)]
+    fires.append(fires[0] + dt.timedelta(microseconds=250_001))
+    for fire in fires:
+        job = make_job(owner)
+        rewrite_job(job, next_fire_at=fire, created_at=fire, start_at=fire)
+        Dispatcher().tick(now=fire + dt.timedelta(seconds=1))
+        run = Run.objects.get(job=job)
+        # What the body of its delivery says.
+        body_time = webhooks._iso_utc(run.scheduled_at)
+        assert recipe["fire_id"](str(job.pk), body_time) == run.id
+
+    manual = job_verbs.trigger(job, idempotency_key="deploy-42")
+    assert recipe["manual_id"](str(job.pk), "deploy-42") == manual.id

@@ -30,9 +30,9 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 
 SEED = 2
 KILLS_PER_PHASE = 6
-# dispatch/queries.py: LOCK_DUE_JOBS (and DISPATCH_SIMPLE_INTERVALS), ACTIVE_COUNTS,
-# INSERT_RUNS_AND_ADVANCE
-IN_BATCH = ("%FROM jobs_job%SKIP LOCKED%", "%GROUP BY job_id%", "%WITH ins AS%")
+# dispatch/queries.py: LOCK_DUE_JOBS and LOCK_SIMPLE_INTERVALS, ACTIVE_COUNTS,
+# INSERT_RUNS_AND_ADVANCE and DISPATCH_SIMPLE_INTERVALS
+IN_BATCH = ("%FROM jobs_job%SKIP LOCKED%", "%GROUP BY job_id%", "%ins AS (%")
 
 
 def test_sigkilled_dispatchers_mid_batch_neither_lose_nor_double_a_fire(owner, processes, since):
