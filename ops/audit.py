@@ -67,6 +67,7 @@ from typing import Any
 from core.db import DB_NOW_SQL, db_now, dict_cursor
 from dispatch.models import ProcessHeartbeat, ProcessKind
 from jobs.schedules import Schedule, ScheduleError
+from runs.leases import ITS_TURN
 
 UTC = dt.UTC
 ONE_US = dt.timedelta(microseconds=1)
@@ -634,13 +635,7 @@ _STUCK_WAITING = f"""
     WHERE r.state IN ('pending', 'retrying') AND r.target_kind = 'webhook'
       AND r.available_at <= %(now)s - make_interval(secs => %(tol)s)
       AND j.state = 'active' AND j.deleted_at IS NULL
-      AND ((j.overlap_policy = 'allow' AND NOT r.exclusive) OR NOT EXISTS (
-            SELECT 1 FROM runs_run AS e
-            WHERE e.job_id = r.job_id AND e.id <> r.id
-              AND (j.overlap_policy <> 'allow' OR e.exclusive)
-              AND (e.state = 'running'
-                   OR (e.state IN ('pending', 'retrying')
-                       AND (e.scheduled_at, e.id) < (r.scheduled_at, r.id)))))
+      AND {ITS_TURN}
     ORDER BY r.available_at
     LIMIT {MAX_LISTED}
 """

@@ -137,6 +137,22 @@ RECORD_LOST_ATTEMPTS = record_lost_attempts(
 # a job whose row an owner's verb holds, or whose failure streak a completion
 # is updating.
 JOB_IS_LIVE = "AND j.state = 'active' AND j.deleted_at IS NULL"
+# A waiting run ``r`` of job ``j`` whose turn it is under the overlap policy in
+# force now: under ``allow`` a run made under ``allow`` never waits; otherwise
+# it waits while another run of the job is running, or waiting since earlier
+# (runs made exclusive still wait for each other after a change to
+# ``allow``). The claim below takes only such runs; the auditor's "stuck
+# waiting" rule (ops/audit.py) flags only such runs.
+ITS_TURN = """
+    ((j.overlap_policy = 'allow' AND NOT r.exclusive) OR NOT EXISTS (
+        SELECT 1 FROM runs_run AS e
+        WHERE e.job_id = r.job_id AND e.id <> r.id
+          AND (j.overlap_policy <> 'allow' OR e.exclusive)
+          AND (e.state = 'running'
+               OR (e.state IN ('pending', 'retrying')
+                   AND (e.scheduled_at, e.id) < (r.scheduled_at, r.id)))))
+"""
+
 LOCK_RUN_AND_JOB = "FOR UPDATE OF r SKIP LOCKED FOR KEY SHARE OF j SKIP LOCKED"
 
 # Worker claim loop and the pull API's claim, first statement: running runs
@@ -185,13 +201,9 @@ CLAIM_WAITING = (
           """
     + JOB_IS_LIVE
     + """
-          AND ((j.overlap_policy = 'allow' AND NOT r.exclusive) OR NOT EXISTS (
-                SELECT 1 FROM runs_run AS e
-                WHERE e.job_id = r.job_id AND e.id <> r.id
-                  AND (j.overlap_policy <> 'allow' OR e.exclusive)
-                  AND (e.state = 'running'
-                       OR (e.state IN ('pending', 'retrying')
-                           AND (e.scheduled_at, e.id) < (r.scheduled_at, r.id)))))
+          AND """
+    + ITS_TURN
+    + """
         ORDER BY r.available_at
         LIMIT %(limit)s
         """
