@@ -60,6 +60,16 @@ def open_missing_spans(at: dt.datetime) -> int:
         return cur.rowcount
 
 
+def open_spans(job_ids: Sequence, at: dt.datetime) -> None:
+    """Open the first span of each of ``job_ids``, jobs just inserted in this
+    transaction: one statement, however many jobs (a new job has no span to
+    close, so ``record_spans``' first statement would find nothing)."""
+    if not job_ids:
+        return
+    with connection.cursor() as cur:
+        cur.execute(OPEN_MISSING, {"ids": [str(i) for i in job_ids], "at": at})
+
+
 def record_spans(job_ids: Sequence, at: dt.datetime) -> None:
     """Bring the schedule history of ``job_ids`` up to date with their rows,
     as of the database time ``at``. Call it in the transaction that wrote

@@ -175,18 +175,11 @@ class Job(models.Model):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         if self._state.adding:
-            if not self.secret_encrypted:
-                self.set_secret(crypto.generate_secret())
-            now = db_now()  # one read of the database clock for both
-            if self.created_at is None:
-                # The interval anchor is the creation time: take it from the
-                # database clock so next_fire_at can be computed before insert.
-                self.created_at = now
-            if self.state == JobState.ACTIVE and self.next_fire_at is None:
-                self.next_fire_at = self.compute_next_fire(now)
+            now = db_now()  # one read of the database clock for all of it
+            self._prepare_insert(now)
             with transaction.atomic():
                 super().save(*args, **kwargs)
-                history.record_spans([self.pk], now)
+                history.open_spans([self.pk], now)
             return
         # An existing row is written field by field: a full-row save of a copy
         # read earlier writes back every column it holds, and that is how a
@@ -204,6 +197,50 @@ class Job(models.Model):
             self.version = old_version
             raise
         self.refresh_from_db(fields=["version"])
+
+    def _prepare_insert(self, now: dt.datetime) -> None:
+        """What a new row takes from the database clock ``now``, and a secret
+        if it was given none."""
+        if not self.secret_encrypted:
+            self.set_secret(crypto.generate_secret())
+        if self.created_at is None:
+            # The interval anchor is the creation time: take it from the
+            # database clock so next_fire_at can be computed before insert.
+            self.created_at = now
+        if self.state == JobState.ACTIVE and self.next_fire_at is None:
+            self.next_fire_at = self.compute_next_fire(now)
+
+    @classmethod
+    def create_many(
+        cls,
+        jobs: list[Job],
+        *,
+        now: dt.datetime,
+        actor=None,
+        channel: str = Channel.SYSTEM,
+        changes: list[dict],
+    ) -> None:
+        """Insert new jobs with their first schedule span and their "created"
+        event (``changes[i]`` for ``jobs[i]``): three statements, however many
+        jobs, in the caller's transaction. ``now`` is the database time of the
+        creation (the interval anchor, and where the schedule history starts)."""
+        for job in jobs:
+            job._prepare_insert(now)
+        actor = actor if getattr(actor, "is_authenticated", False) else None
+        with transaction.atomic(savepoint=False):
+            cls.objects.bulk_create(jobs)
+            history.open_spans([job.pk for job in jobs], now)
+            JobEvent.objects.bulk_create(
+                JobEvent(
+                    job=job,
+                    owner_id=job.owner_id,
+                    actor=actor,
+                    channel=channel,
+                    action="created",
+                    changes=change,
+                )
+                for job, change in zip(jobs, changes, strict=True)
+            )
 
     def locked(self) -> Job | None:
         """This job's row as it is now, locked until the transaction ends, or

@@ -27,6 +27,7 @@ __all__ = [
     "check_url",
     "check_url_syntax",
     "ip_literal",
+    "memo_resolver",
     "is_public_address",
     "parse_target",
     "refuse_non_public",
@@ -212,6 +213,27 @@ def refuse_non_public(addresses: Iterable[str]) -> None:
 def _getaddrinfo_addresses(host: str) -> list[str]:
     infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     return [str(info[4][0]) for info in infos]
+
+
+def memo_resolver() -> Callable[[str], list[str]]:
+    """A resolver that looks each host up once: for URLs judged together (a
+    bulk create of many jobs to one receiver), so that a batch costs one DNS
+    lookup per host rather than one per job. A failed lookup is remembered
+    too, and fails every URL with that host the same way."""
+    answers: dict[str, list[str] | OSError | UnicodeError] = {}
+
+    def resolve(host: str) -> list[str]:
+        if host not in answers:
+            try:
+                answers[host] = _getaddrinfo_addresses(host)
+            except (OSError, UnicodeError) as exc:
+                answers[host] = exc
+        answer = answers[host]
+        if isinstance(answer, list):
+            return answer
+        raise answer
+
+    return resolve
 
 
 def check_url(

@@ -237,7 +237,12 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
     def validate_url(self, value):
         if value:
             try:
-                check_url(value, allow_private=settings.PUNCTUAL_ALLOW_PRIVATE_TARGETS)
+                check_url(
+                    value,
+                    allow_private=settings.PUNCTUAL_ALLOW_PRIVATE_TARGETS,
+                    # A bulk create passes one resolver for all its items.
+                    resolve=self.context.get("resolve"),
+                )
             except UnsafeTargetError as exc:
                 raise serializers.ValidationError(str(exc)) from None
         return value
@@ -261,16 +266,22 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
             )
         if merged["target_kind"] == TargetKind.WEBHOOK and not merged["url"]:
             errors["url"] = ["A webhook job needs a URL."]
-        if "name" in attrs:
-            owner_id = job.owner_id if job else self.context["owner"].pk
-            clash = Job.objects.live().filter(owner_id=owner_id, name=attrs["name"])
-            if job is not None:
-                clash = clash.exclude(pk=job.pk)
-            if clash.exists():
-                errors["name"] = ["You already have a job with this name."]
+        if "name" in attrs and self._name_taken(attrs["name"], job):
+            errors["name"] = ["You already have a job with this name."]
         if errors:
             raise serializers.ValidationError(errors)
         return attrs
+
+    def _name_taken(self, name: str, job: Job | None) -> bool:
+        taken = self.context.get("taken_names")
+        if taken is not None and job is None:
+            # A bulk create looked up every name of its request in one query.
+            return name in taken
+        owner_id = job.owner_id if job else self.context["owner"].pk
+        clash = Job.objects.live().filter(owner_id=owner_id, name=name)
+        if job is not None:
+            clash = clash.exclude(pk=job.pk)
+        return clash.exists()
 
 
 class JobCreatedSerializer(JobSerializer):

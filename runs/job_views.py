@@ -26,6 +26,7 @@ from rest_framework.generics import get_object_or_404
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import as_serializer_error
 from rest_framework.views import APIView
 
 from core.api_base import ApiViewMixin, check_if_match, etag
@@ -35,6 +36,7 @@ from core.db import db_now
 from jobs import crypto, idempotency
 from jobs.models import Channel, Job, JobEvent
 from jobs.schedules import Schedule, cron_risks
+from jobs.targets import memo_resolver
 from runs import job_verbs
 from runs.job_serializers import (
     BackfillResultSerializer,
@@ -70,6 +72,8 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 PRECONDITION_FAILED = error_response("If-Match does not name the current version.")
 KEY_REUSED = error_response(UnprocessableKey.default_detail)
 DATETIME = serializers.DateTimeField()
+# Jobs per bulk create (a JSON list): one transaction, and one answer, of at most this many.
+MAX_BULK_CREATE = 1000
 
 
 class JobCursor(CursorPagination):
@@ -99,19 +103,19 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _save(job: Job, update_fields: list[str] | None = None) -> None:
-    """Save (an existing job: only ``update_fields``), turning the per-owner
-    unique name (a race the serializer lost) into a 400."""
-    try:
-        with transaction.atomic():
-            job.save(update_fields=update_fields)
-    except IntegrityError as exc:
-        text = str(exc)
-        if "job_unique_name_per_owner" in text or "jobs_job.name" in text:
-            raise serializers.ValidationError(
-                {"name": ["You already have a job with this name."]}
-            ) from None
-        raise
+def _taken_names(owner, items: list) -> set[str]:
+    """The names among ``items`` (as sent, and trimmed as the name field trims
+    them) that ``owner``'s live jobs already hold: one query for a whole list."""
+    names = {
+        candidate
+        for item in items
+        if isinstance(item, dict) and isinstance(item.get("name"), str)
+        for candidate in (item["name"], item["name"].strip())
+    }
+    if not names:
+        return set()
+    taken = Job.objects.live().filter(owner=owner, name__in=names)
+    return set(taken.values_list("name", flat=True))
 
 
 @extend_schema_view(
@@ -175,27 +179,108 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         return self.job_response(self.get_job())
 
     def create(self, request):
+        """One job (a JSON object), or up to 1,000 (a JSON list), all or none."""
         return idempotency.respond(request, lambda: self._create(request))
 
     def _create(self, request: Request) -> Response:
+        if isinstance(request.data, list):
+            return self._create_many(request, request.data)
+        now = db_now()
+        # One serializer both ways: building DRF fields costs more than using them.
+        # A new job has no runs, so no query looks for its last one.
         body = JobSerializer(
-            data=request.data, context=self.context(owner=request.user, now=db_now())
+            data=request.data,
+            context=self.context(owner=request.user, now=now, last_runs={}),
         )
         body.is_valid(raise_exception=True)
-        # Made here rather than left to Job.save() so it can be answered once.
-        secret = crypto.generate_secret()
-        assert request.user.is_authenticated  # IsAuthenticated, the API's default permission
-        job = Job(owner=request.user, **body.validated_data)
-        job.set_secret(secret)
-        with transaction.atomic():
-            _save(job)
-            job.record_event(
-                "created",
-                actor=request.user,
-                channel=Channel.API,
-                changes={k: _jsonable(v) for k, v in body.validated_data.items()},
+        [(job, secret)] = self._insert(request, [body.validated_data], now)
+        data = {**body.to_representation(job), "secret": secret}
+        return Response(data, status=status.HTTP_201_CREATED, headers={"ETag": etag(job.version)})
+
+    def _create_many(self, request: Request, items: list) -> Response:
+        """A bulk create: each item is validated exactly as a single create
+        (the same serializer, one instance for all items), and the errors are
+        named by index: ``{"3": {"cron": ["..."]}}``. Any error, and nothing is
+        written. The set-based parts (the name clash check, the inserts of the
+        jobs, their spans and their events) are one statement each."""
+        if not items:
+            raise serializers.ValidationError(
+                {"non_field_errors": ["Send one job, or a list of 1 to 1,000 jobs."]}
             )
-        return self.job_response(job, status.HTTP_201_CREATED, secret=secret)
+        if len(items) > MAX_BULK_CREATE:
+            raise serializers.ValidationError(
+                {
+                    "non_field_errors": [
+                        f"At most {MAX_BULK_CREATE:,} jobs per request (got {len(items):,});"
+                        " send them in several requests."
+                    ]
+                }
+            )
+        now = db_now()
+        body = JobSerializer(
+            context=self.context(
+                owner=request.user,
+                now=now,
+                last_runs={},
+                taken_names=_taken_names(request.user, items),
+                resolve=memo_resolver(),
+            )
+        )
+        errors: dict[str, Any] = {}
+        valid: list[dict[str, Any]] = []
+        first_with_name: dict[str, int] = {}
+        for index, item in enumerate(items):
+            try:
+                attrs = body.run_validation(item)
+            except serializers.ValidationError as exc:
+                errors[str(index)] = as_serializer_error(exc)
+                continue
+            first = first_with_name.setdefault(attrs["name"], index)
+            if first != index:
+                errors[str(index)] = {"name": [f"Item {first} of this request has this name too."]}
+            valid.append(attrs)
+        if errors:
+            raise serializers.ValidationError(errors)
+        # Validating a thousand jobs takes a while: the jobs start from the
+        # database's time as they are written, not as the request arrived.
+        created = self._insert(request, valid, db_now())
+        data = [{**body.to_representation(job), "secret": secret} for job, secret in created]
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    def _insert(
+        self, request: Request, validated: list[dict[str, Any]], now: dt.datetime
+    ) -> list[tuple[Job, str]]:
+        """Insert the jobs with their spans and events; each with its plain
+        secret, made here rather than by the model so it can be answered once."""
+        assert request.user.is_authenticated  # IsAuthenticated, the API's default permission
+        created = []
+        for attrs in validated:
+            secret = crypto.generate_secret()
+            job = Job(owner=request.user, **attrs)
+            job.set_secret(secret)
+            created.append((job, secret))
+        jobs = [job for job, _ in created]
+        changes = [{k: _jsonable(v) for k, v in attrs.items()} for attrs in validated]
+        try:
+            # A savepoint only for a list, whose clash is named by a query below.
+            with transaction.atomic(savepoint=len(jobs) > 1):
+                Job.create_many(
+                    jobs, now=now, actor=request.user, channel=Channel.API, changes=changes
+                )
+        except IntegrityError as exc:
+            # The unique name per owner: a concurrent create took a name
+            # after our check. The same 400 as the check's.
+            if "job_unique_name_per_owner" not in str(exc):
+                raise
+            message = ["You already have a job with this name."]
+            if len(jobs) == 1:
+                raise serializers.ValidationError({"name": message}) from None
+            taken = _taken_names(request.user, [{"name": job.name} for job in jobs])
+            clashes = {str(i): {"name": message} for i, job in enumerate(jobs) if job.name in taken}
+            if not clashes:
+                raise
+            raise serializers.ValidationError(clashes) from None
+        return created
 
     def update(self, request, pk=None):
         return self._update(request, partial=False)

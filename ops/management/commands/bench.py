@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ops import bench
 
-SCENARIOS = ("dispatch", "scale", "e2e", "slow", "recovery", "audit", "all")
+SCENARIOS = ("dispatch", "scale", "e2e", "slow", "recovery", "create", "audit", "all")
 
 
 class Command(BaseCommand):
@@ -30,10 +30,29 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=500, help="e2e worker concurrency")
         parser.add_argument("--inflight", type=int, default=4000, help="slow: deliveries")
         parser.add_argument("--delay", type=float, default=2.0, help="slow: receiver seconds")
+        parser.add_argument(
+            "--singles", type=int, default=2000, help="create: single creates per client pass"
+        )
+        parser.add_argument("--clients", type=int, default=8, help="create: parallel clients")
+        parser.add_argument("--batches", type=int, default=20, help="create: bulk requests")
+        parser.add_argument(
+            "--bulk-size", type=int, default=1000, help="create: jobs per bulk request (<= 1000)"
+        )
         parser.add_argument("--force", action="store_true", help="run beside foreign jobs")
 
     def handle(self, *args, **o):
-        for name in ("jobs", "due", "repeat", "duration", "workers", "inflight"):
+        for name in (
+            "jobs",
+            "due",
+            "repeat",
+            "duration",
+            "workers",
+            "inflight",
+            "singles",
+            "clients",
+            "batches",
+            "bulk_size",
+        ):
             if o.get(name) is not None and o[name] < 1:
                 raise CommandError(f"--{name} must be at least 1")
         if o["scenario"] == "drain":  # one of the two dispatchers of `dispatch`
@@ -43,10 +62,15 @@ class Command(BaseCommand):
             bench.check_scratch(o["force"])
         except bench.BenchRefused as exc:
             raise CommandError(str(exc)) from exc
+        if o["bulk_size"] > 1000:
+            raise CommandError("--bulk-size must be at most 1000 (the API's limit per request)")
         # "all" is the README's measured set; the audit scenario runs on its own.
         wanted = SCENARIOS[:-2] if o["scenario"] == "all" else (o["scenario"],)
         for scenario in wanted:
-            params, figures = self.run(scenario, o)
+            try:
+                params, figures = self.run(scenario, o)
+            except bench.BenchFailed as exc:
+                raise CommandError(f"{scenario}: {exc}") from exc
             self.stdout.write(
                 json.dumps(
                     {"scenario": scenario, "params": params, "machine": bench.machine(), **figures}
@@ -76,6 +100,15 @@ class Command(BaseCommand):
                 "concurrency": o["concurrency"],
             }
             return params, bench.scenario_e2e(**params, force=o["force"])
+        if scenario == "create":
+            params = {
+                "singles": o["singles"],
+                "clients": o["clients"],
+                "batches": o["batches"],
+                "batch_size": o["bulk_size"],
+                "repeat": o["repeat"],
+            }
+            return params, bench.scenario_create(**params, force=o["force"])
         if scenario == "audit":
             params = {
                 "jobs": o["jobs"] or 10_000,
