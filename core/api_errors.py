@@ -1,5 +1,6 @@
-"""API error shape: DRF's ``{"field": ["message"]}`` for validation, and a JSON
-``{"detail": "..."}`` body for every other error, never an HTML page.
+"""API error shape: DRF's ``{"field": ["message"]}`` for validation (for a
+list body, a bulk create, the item's index first: ``{"3": {"field": [...]}}``),
+and a JSON ``{"detail": "..."}`` body for every other error, never an HTML page.
 
 README "What it guarantees": bad input gets a 4xx that names the field, never a 500. The
 serializers catch what they can; this handler turns the validation-like
@@ -89,7 +90,8 @@ def exception_handler(exc, context):
 ERROR_SCHEMA = {
     "type": "object",
     "description": (
-        'Either {"detail": "message"} or, for invalid input, {"field": ["message", ...]}.'
+        'Either {"detail": "message"} or, for invalid input, {"field": ["message", ...]};'
+        ' for an invalid item of a list body, by its index: {"3": {"field": ["message"]}}.'
     ),
     "additionalProperties": True,
 }

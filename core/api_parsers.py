@@ -5,7 +5,8 @@ DRF's stock ``JSONParser`` hands the stream to ``json.load``: it accepts
 surrogates and NUL characters (psycopg and jsonb refuse those too, with a 500),
 nesting deep enough to hit the recursion limit, and bodies of any size. Each of
 those is a 400 here, and a problem inside a JSON object names the top-level
-field it was found under, in DRF's ``{"field": ["message"]}`` shape.
+field it was found under, in DRF's ``{"field": ["message"]}`` shape; inside a
+list of objects (a bulk create), the index first: ``{"3": {"field": [...]}}``.
 """
 
 from __future__ import annotations
@@ -124,15 +125,35 @@ class StrictJSONParser(BaseParser):
             # JSONDecodeError, and ints past Python's 4,300-digit conversion limit.
             raise exceptions.ParseError(f"The request body is not valid JSON: {exc}") from None
         if isinstance(data, dict):
-            errors = {}
-            for key, value in data.items():
-                reason = _string_problem(key) or _problem(value, 2)
-                if reason:
-                    errors[key if not _string_problem(key) else "non_field_errors"] = [reason]
+            errors = _object_problems(data)
             if errors:
                 raise exceptions.ValidationError(errors)
+        elif isinstance(data, list):
+            # A list (a bulk create of objects): each item is judged as a body
+            # of its own, and a problem is named by index, then field.
+            item_errors = {}
+            for index, item in enumerate(data):
+                if isinstance(item, dict):
+                    errors = _object_problems(item)
+                else:
+                    reason = _problem(item, 1)
+                    errors = {"non_field_errors": [reason]} if reason else {}
+                if errors:
+                    item_errors[str(index)] = errors
+            if item_errors:
+                raise exceptions.ValidationError(item_errors)
         else:
             reason = _problem(data, 1)
             if reason:
                 raise exceptions.ParseError(reason)
         return data
+
+
+def _object_problems(data: dict) -> dict[str, list[str]]:
+    """A JSON object's problems, by top-level field (its depth counted from itself)."""
+    errors = {}
+    for key, value in data.items():
+        reason = _string_problem(key) or _problem(value, 2)
+        if reason:
+            errors[key if not _string_problem(key) else "non_field_errors"] = [reason]
+    return errors

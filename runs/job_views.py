@@ -19,7 +19,12 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import OuterRef, Subquery
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.generics import get_object_or_404
@@ -76,6 +81,22 @@ DATETIME = serializers.DateTimeField()
 MAX_BULK_CREATE = 1000
 
 
+# One job, or a list of them: written out, since drf-spectacular gives a list
+# serializer no bounds. JobRequest is the job's request component (PUT's body).
+CREATE_BODY = {
+    "oneOf": [
+        {"$ref": "#/components/schemas/JobRequest"},
+        {
+            "type": "array",
+            "items": {"$ref": "#/components/schemas/JobRequest"},
+            "minItems": 1,
+            "maxItems": MAX_BULK_CREATE,
+            "description": "A bulk create: all of these jobs, or none of them.",
+        },
+    ]
+}
+
+
 class JobCursor(CursorPagination):
     ordering = ("name", "id")
     page_size = 50
@@ -122,9 +143,18 @@ def _taken_names(owner, items: list) -> set[str]:
     list=extend_schema(summary="List your jobs"),
     retrieve=extend_schema(summary="A job (with an ETag)"),
     create=extend_schema(
-        summary="Create a job (answers its secret, once)",
+        summary="Create a job, or up to 1,000 at once (answers their secrets, once)",
         parameters=[IDEMPOTENCY_KEY],
-        responses={201: JobCreatedSerializer, 422: KEY_REUSED},
+        request={"application/json": CREATE_BODY},
+        responses={
+            201: PolymorphicProxySerializer(
+                component_name="JobsCreated",
+                serializers=[JobCreatedSerializer, JobCreatedSerializer(many=True)],
+                resource_type_field_name=None,
+                many=False,
+            ),
+            422: KEY_REUSED,
+        },
     ),
     update=extend_schema(
         summary="Replace a job",
