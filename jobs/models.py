@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import models, transaction
 from django.db.models import F, Q
 
-from core.db import db_now
+from core.db import db_now, insert_rows
 from jobs import crypto, history
 from jobs.limits import MAX_LENGTHS, RANGES
 from jobs.schedules import Schedule
@@ -222,24 +222,28 @@ class Job(models.Model):
     ) -> None:
         """Insert new jobs with their first schedule span and their "created"
         event (``changes[i]`` for ``jobs[i]``): three statements, however many
-        jobs, in the caller's transaction. ``now`` is the database time of the
-        creation (the interval anchor, and where the schedule history starts)."""
+        jobs, in the caller's transaction (``insert_rows``: one JSON parameter
+        per statement, far cheaper to send than ``bulk_create``'s arrays).
+        ``now`` is the database time of the creation (the interval anchor, and
+        where the schedule history starts)."""
         for job in jobs:
             job._prepare_insert(now)
         actor = actor if getattr(actor, "is_authenticated", False) else None
         with transaction.atomic(savepoint=False):
-            cls.objects.bulk_create(jobs)
+            insert_rows(jobs)
             history.open_spans([job.pk for job in jobs], now)
-            JobEvent.objects.bulk_create(
-                JobEvent(
-                    job=job,
-                    owner_id=job.owner_id,
-                    actor=actor,
-                    channel=channel,
-                    action="created",
-                    changes=change,
-                )
-                for job, change in zip(jobs, changes, strict=True)
+            insert_rows(
+                [
+                    JobEvent(
+                        job=job,
+                        owner_id=job.owner_id,
+                        actor=actor,
+                        channel=channel,
+                        action="created",
+                        changes=change,
+                    )
+                    for job, change in zip(jobs, changes, strict=True)
+                ]
             )
 
     def locked(self) -> Job | None:

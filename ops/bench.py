@@ -843,6 +843,7 @@ def scenario_create(
         reset(force)
         # The bench owner is inactive between runs: it only exists to own bench jobs.
         get_user_model().objects.filter(pk=owner.pk).update(is_active=True)
+        Token.objects.filter(user=owner).delete()  # left by an interrupted run
         token = Token.objects.create(user=owner).key
         gunicorn, base = _start_gunicorn(Path(tmp_name), workers=2, threads=4)
         try:
