@@ -738,6 +738,15 @@ def _start_gunicorn(tmp: Path, workers: int, threads: int) -> tuple[subprocess.P
         time.sleep(0.1)
 
 
+def _tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process and its live children (gunicorn's workers)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return _cpu_seconds(pid) + sum(_cpu_seconds(int(child)) for child in children)
+
+
 def _post_jobs(session, base: str, body) -> list | dict:
     answer = session.post(f"{base}/api/v1/jobs/", data=json.dumps(body), timeout=120)
     if answer.status_code != 201:
@@ -838,6 +847,9 @@ def scenario_create(
 
     owner = bench_owner()
     one, many, bulk = [], [], []
+    # gunicorn's CPU time per job created (the warm-up requests included):
+    # less sensitive than the rates to other load on the machine.
+    cpu_ms: dict[str, list[float]] = {"single": [], "bulk": []}
     expected = 0
     with tempfile.TemporaryDirectory(prefix="punctual-bench-") as tmp_name:
         reset(force)
@@ -849,12 +861,17 @@ def scenario_create(
         try:
             each = max(1, singles // clients)
             for r in range(repeat):
+                cpu = _tree_cpu_seconds(gunicorn.pid)
                 seconds = _single_creates(base, token, [f"one-{r}-{i}" for i in range(singles)])
                 one.append(singles / seconds)
+                cpu_ms["single"].append(1000 * (_tree_cpu_seconds(gunicorn.pid) - cpu) / singles)
                 seconds = _parallel_single_creates(base, token, f"many-{r}", clients, each)
                 many.append(clients * each / seconds)
+                cpu = _tree_cpu_seconds(gunicorn.pid)
                 seconds = _bulk_creates(base, token, f"bulk-{r}", batches, batch_size)
                 bulk.append(batches * batch_size / seconds)
+                jobs_made = batches * batch_size
+                cpu_ms["bulk"].append(1000 * (_tree_cpu_seconds(gunicorn.pid) - cpu) / jobs_made)
                 # The warm-up requests create a job each too.
                 expected += singles + 1 + clients * (each + 1) + batches * batch_size + 1
         finally:
@@ -876,6 +893,7 @@ def scenario_create(
         f"single_jobs_per_s_{clients}_clients": median_of(many),
         "bulk_jobs_per_s": median_of(bulk),
         "bulk_ms_per_request": round(1000 * batch_size / statistics.median(bulk), 1),
+        "gunicorn_cpu_ms_per_job": {k: round(statistics.median(v), 3) for k, v in cpu_ms.items()},
         "jobs_created": jobs,
         "runs": {
             "one_client": [round(x) for x in one],

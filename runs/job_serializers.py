@@ -23,6 +23,7 @@ from core.api_fields import (
     StrictChoiceField,
     StrictIntegerField,
     StrictSerializer,
+    UtcDateTimeField,
 )
 from jobs.limits import MAX_LENGTHS, MAX_PAYLOAD_BYTES, RANGES, payload_size
 from jobs.models import Job, JobEvent, JobState, MisfirePolicy, OverlapPolicy, TargetKind
@@ -118,8 +119,8 @@ class ScheduleFieldsMixin(serializers.Serializer):
 class LastRunSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     state = serializers.ChoiceField(choices=RunState.choices)
-    scheduled_at = serializers.DateTimeField()
-    finished_at = serializers.DateTimeField(allow_null=True)
+    scheduled_at = UtcDateTimeField()
+    finished_at = UtcDateTimeField(allow_null=True)
 
 
 @extend_schema_serializer(
@@ -190,22 +191,22 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
 
     state = serializers.ChoiceField(choices=JobState.choices, read_only=True)
     pause_note = serializers.CharField(read_only=True)
-    paused_at = serializers.DateTimeField(read_only=True, allow_null=True)
-    resume_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    paused_at = UtcDateTimeField(read_only=True, allow_null=True)
+    resume_at = UtcDateTimeField(read_only=True, allow_null=True)
     consecutive_failures = serializers.IntegerField(read_only=True)
-    next_fire_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    next_fire_at = UtcDateTimeField(read_only=True, allow_null=True)
     missed_count = serializers.IntegerField(
         read_only=True,
         help_text="Fires missed past a recovery's cap of 100 recorded rows: counted, not listed.",
     )
-    missed_since = serializers.DateTimeField(
+    missed_since = UtcDateTimeField(
         read_only=True, allow_null=True, help_text="The earliest of the counted missed fires."
     )
     last_run = serializers.SerializerMethodField()
     version = serializers.IntegerField(read_only=True)
     owner = serializers.CharField(source="owner.username", read_only=True)
-    created_at = serializers.DateTimeField(read_only=True)
-    updated_at = serializers.DateTimeField(read_only=True)
+    created_at = UtcDateTimeField(read_only=True)
+    updated_at = UtcDateTimeField(read_only=True)
 
     FIELD_ORDER = (
         "id",
