@@ -86,9 +86,15 @@ def insert_rows(objs: Sequence[models.Model], using: str = "default") -> None:
     fields = [
         f for f in meta.concrete_fields if not (f.primary_key and isinstance(f, AutoFieldMixin))
     ]
-    columns = ", ".join(quote(f.column) for f in fields)
-    types = ", ".join(f"{quote(f.column)} {f.db_type(connection)}" for f in fields)
-    rows = [{f.column: f.pre_save(obj, add=True) for f in fields} for obj in objs]
+    names = [str(f.column) for f in fields]  # a concrete field always has its column
+    columns = ", ".join(quote(name) for name in names)
+    types = ", ".join(
+        f"{quote(name)} {f.db_type(connection)}" for name, f in zip(names, fields, strict=True)
+    )
+    rows = [
+        {name: f.pre_save(obj, add=True) for name, f in zip(names, fields, strict=True)}
+        for obj in objs
+    ]
     with connection.cursor() as cur:
         # Values are never spliced into the SQL: only column names and types
         # from the model, and the rows as the one parameter.

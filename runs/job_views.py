@@ -79,6 +79,10 @@ KEY_REUSED = error_response(UnprocessableKey.default_detail)
 DATETIME = serializers.DateTimeField()
 # Jobs per bulk create (a JSON list): one transaction, and one answer, of at most this many.
 MAX_BULK_CREATE = 1000
+# Named here: inside the view set, "list" is its list action.
+Items = list[Any]
+Created = list[tuple[Job, str]]
+Validated = list[dict[str, Any]]
 
 
 # One job, or a list of them: written out, since drf-spectacular gives a list
@@ -227,7 +231,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         data = {**body.to_representation(job), "secret": secret}
         return Response(data, status=status.HTTP_201_CREATED, headers={"ETag": etag(job.version)})
 
-    def _create_many(self, request: Request, items: list) -> Response:
+    def _create_many(self, request: Request, items: Items) -> Response:
         """A bulk create: each item is validated exactly as a single create
         (the same serializer, one instance for all items), and the errors are
         named by index: ``{"3": {"cron": ["..."]}}``. Any error, and nothing is
@@ -257,7 +261,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             )
         )
         errors: dict[str, Any] = {}
-        valid: list[dict[str, Any]] = []
+        valid: Validated = []
         first_with_name: dict[str, int] = {}
         for index, item in enumerate(items):
             try:
@@ -277,13 +281,11 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         data = [{**body.to_representation(job), "secret": secret} for job, secret in created]
         return Response(data, status=status.HTTP_201_CREATED)
 
-    def _insert(
-        self, request: Request, validated: list[dict[str, Any]], now: dt.datetime
-    ) -> list[tuple[Job, str]]:
+    def _insert(self, request: Request, validated: Validated, now: dt.datetime) -> Created:
         """Insert the jobs with their spans and events; each with its plain
         secret, made here rather than by the model so it can be answered once."""
         assert request.user.is_authenticated  # IsAuthenticated, the API's default permission
-        created = []
+        created: Created = []
         for attrs in validated:
             secret = crypto.generate_secret()
             job = Job(owner=request.user, **attrs)

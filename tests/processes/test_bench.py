@@ -69,6 +69,40 @@ def test_slow_scenario_holds_every_delivery_in_flight_at_once():
     assert len(result["worker_rss_mb"]) == 2
 
 
+def test_create_scenario_reports_single_and_bulk_rates_through_gunicorn():
+    """Tiny counts: the shape, and that every job the API made was counted
+    with its span and event (the scenario raises otherwise, and exits 1)."""
+    [result] = bench(
+        "create",
+        "--singles",
+        "8",
+        "--clients",
+        "2",
+        "--batches",
+        "2",
+        "--bulk-size",
+        "50",
+        "--repeat",
+        "1",
+    )
+    if result["scenario"] != "create":
+        pytest.fail(f"unexpected scenario {result['scenario']!r}")
+    rates = (
+        result["single_jobs_per_s_one_client"],
+        result["single_jobs_per_s_2_clients"],
+        result["bulk_jobs_per_s"],
+    )
+    if not all(isinstance(rate, float) and rate > 0 for rate in rates):
+        pytest.fail(f"rates missing or not positive: {rates}")
+    # 8 + 1 warm-up; 2 clients x (4 + 1 warm-up); 2 x 50 + 1 warm-up.
+    if result["jobs_created"] != 9 + 10 + 101:
+        pytest.fail(f"jobs_created {result['jobs_created']}, expected 120")
+    if set(result["gunicorn_cpu_ms_per_job"]) != {"single", "bulk"}:
+        pytest.fail(f"unexpected CPU figures {result['gunicorn_cpu_ms_per_job']}")
+    if not {"cores", "python", "postgresql"} <= set(result["machine"]):
+        pytest.fail(f"machine figures missing: {result['machine']}")
+
+
 def test_bench_refuses_a_database_with_foreign_jobs(owner):
     make_job(owner)
     out = subprocess.run(
