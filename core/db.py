@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from django.db import connections
@@ -61,7 +61,8 @@ def dict_cursor(using: str = "default") -> Iterator[CursorWrapper]:
     """
     conn = connections[using]
     conn.ensure_connection()
-    raw = psycopg.Cursor(conn.connection, row_factory=dict_row)
+    # Typed Any: django-stubs expects Django's wrapper here, the runtime the DB-API cursor.
+    raw: Any = psycopg.Cursor(conn.connection, row_factory=dict_row)
     cur = conn.make_debug_cursor(raw) if conn.queries_logged else conn.make_cursor(raw)
     with cur:
         yield cur
