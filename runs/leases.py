@@ -25,6 +25,7 @@ from typing import Any
 from django.db import transaction
 
 from core.db import db_now, dict_cursor
+from runs import notify
 
 # An attempt's deadline is its start + timeout_seconds + this grace. A
 # heartbeat never extends a lease past it, so a wedged worker that keeps
@@ -367,4 +368,7 @@ def release(owner: str, held: list[tuple[uuid.UUID, int]], now: dt.datetime | No
                 "attempts": [h[1] for h in held],
             },
         )
-        return cur.fetchone()["released"]
+        released = cur.fetchone()["released"]
+        if released:
+            notify.runs_claimable("released")
+        return released
