@@ -132,7 +132,8 @@ def test_retries_due_now_releases_and_operator_retries_notify(owner, heard):
     assert heard() == ["released"]
     assert leases.release("w1", [(c.run_id, c.attempt)]) == 0
     assert heard() == []
-    outcomes.complete("w2", [result(leases.claim("w2", limit=1, lease_seconds=30)[0], state="failed")])
+    [d] = leases.claim("w2", limit=1, lease_seconds=30)
+    outcomes.complete("w2", [result(d, state="failed")])
     assert heard() == []
     failed = Run.objects.get(state="failed")
     failed.retry()

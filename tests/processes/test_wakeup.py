@@ -53,9 +53,7 @@ def test_a_listening_worker_starts_each_new_run_without_waiting_for_the_poll(
     owner, processes, receiver
 ):
     job = make_job(owner, url=receiver.url("ok"))
-    processes.manage(
-        "work", "--name", "listener", env=process_env(PUNCTUAL_POLL_SECONDS=AN_HOUR)
-    )
+    processes.manage("work", "--name", "listener", env=process_env(PUNCTUAL_POLL_SECONDS=AN_HOUR))
     wait_until(lambda: listen_pid("listener"), timeout=60, message="the worker to LISTEN")
     # One after another: each is triggered while the worker waits on its
     # hour-long poll, after the claim that followed the previous delivery.
