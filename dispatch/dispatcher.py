@@ -12,7 +12,10 @@
    misfire and overlap policies, pure).
 4. Insert the runs with ``ON CONFLICT DO NOTHING``, advance ``next_fire_at``
    and add the misfires counted past the recorded cap to the job's and its
-   open schedule span's ``missed_count``, in one statement, then commit.
+   open schedule span's ``missed_count``, in one statement, then commit,
+   with one NOTIFY (runs/notify.py) when the tick made runs claimable: idle
+   workers wake at the commit. A jittered run is announced by the first
+   tick at or after its ``available_at``.
 
 ``run_once()`` ticks until the due set is drained (beating its fleet row
 between ticks when a beat is due), then does housekeeping: heartbeat,
