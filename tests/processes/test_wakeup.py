@@ -102,3 +102,26 @@ def test_with_listen_off_a_worker_polls(owner, processes, receiver):
     deliver_one(job)
     deliver_one(job)
     assert listen_pid("poller") is None
+
+
+def test_a_listening_worker_claims_its_own_retry_when_the_backoff_ends(owner, processes, receiver):
+    job = make_job(owner, url=receiver.url("flaky/1"), retry_backoff_seconds=1)
+    processes.manage("work", "--name", "retrier", env=process_env(PUNCTUAL_POLL_SECONDS=AN_HOUR))
+    wait_until(lambda: listen_pid("retrier"), timeout=60, message="the worker to LISTEN")
+    deliver_one(job)  # a 500, then the retry after its backoff: a timer, not a NOTIFY
+    assert Run.objects.get(job=job).attempt == 2
+
+
+def test_a_listening_worker_starts_a_queued_run_when_the_one_ahead_ends(owner, processes, receiver):
+    job = make_job(owner, url=receiver.url("held"), overlap_policy="queue")
+    processes.manage("work", "--name", "queuer", env=process_env(PUNCTUAL_POLL_SECONDS=AN_HOUR))
+    wait_until(lambda: listen_pid("queuer"), timeout=60, message="the worker to LISTEN")
+    first = job_verbs.trigger(job, idempotency_key="first")
+    wait_until(receiver.entries, timeout=60, message="the first delivery, held")
+    second = job_verbs.trigger(job, idempotency_key="second")  # waits for the first
+    receiver.release()
+    wait_until(
+        lambda: succeeded(first.pk) and succeeded(second.pk),
+        timeout=120,
+        message="both runs, one after the other",
+    )
