@@ -11,10 +11,13 @@ which returns when
 - the worker itself pokes it: it is stopping, or it wrote results (a finished
   run may let the next run of a ``skip``/``queue`` job start);
 - a timer the worker set is due: each retry it wrote with a backoff is
-  claimable at a time it knows, so it claims then;
+  claimable at a time it knows, so it claims then; and, since a worker that
+  dies announces nothing, an idle worker asks when the earliest lease of a
+  running run may expire (runs/leases.py NEXT_LEASE_EXPIRY), and claims then,
+  asking again once that time has come;
 - the safety poll expires (``PUNCTUAL_POLL_SECONDS``, 5 s by default): it
-  finds what nothing announced, such as an expired lease of a dead worker, a
-  jittered run whose dispatcher died, or a retry whose worker is gone.
+  finds what nothing announced, such as a jittered run whose dispatcher died,
+  or a retry whose worker is gone.
 
 The notifications come over one dedicated connection per worker process
 (psycopg, autocommit, ``LISTEN``), separate from the Django connection its
@@ -39,6 +42,7 @@ import psycopg
 from django.conf import settings
 from django.db import connection
 
+from runs import leases
 from runs.notify import CHANNEL
 from runs.outcomes import Result
 
@@ -92,6 +96,8 @@ class Wakeup:
         self._timers: list[float] = []  # monotonic instants, a heap
         # The last (or the pending) claim for finished runs, see completed().
         self._completion_wake = float("-inf")
+        # When to ask again when the next lease may expire (monotonic).
+        self._lease_check = float("-inf")
         self._task: asyncio.Task | None = None
         # Read here, on the worker's thread: Django's connection is per thread.
         self._conninfo = listen_conninfo(f"punctual-listen {name}") if self.listen else {}
@@ -104,11 +110,16 @@ class Wakeup:
         if self.listen:
             self._task = asyncio.create_task(self._listen_loop())
 
-    async def wait(self) -> None:
+    async def wait(self, db=None) -> None:
         """Wait until a run may have become claimable. A wake-up that came
         while the worker was claiming is kept, so the next wait returns at
-        once: a notification is never lost between a claim and this wait."""
+        once: a notification is never lost between a claim and this wait.
+
+        ``db`` runs a function on the worker's database thread; with it, a
+        listening worker keeps a timer for the next lease expiry."""
         assert self._event is not None  # set by start()
+        if db is not None and self.listening and time.monotonic() >= self._lease_check:
+            await self._watch_leases(db)
         now = time.monotonic()
         poll = self.safety_poll if self.listening else self.fallback_poll
         timeout = min(poll, self._timers[0] - now) if self._timers else poll
@@ -121,6 +132,23 @@ class Wakeup:
         now = time.monotonic()
         while self._timers and self._timers[0] <= now:
             heapq.heappop(self._timers)
+
+    async def _watch_leases(self, db) -> None:
+        try:
+            seconds = await db(leases.seconds_to_next_lease_expiry)
+        except Exception:
+            seconds = None  # the claim reports the database's trouble
+        now = time.monotonic()
+        if seconds is None:
+            self._lease_check = now  # nothing running: ask at the next wait
+        elif seconds > 0:
+            self._lease_check = now + seconds
+            self.wake_in(seconds + 0.01)
+        else:
+            # Expired, yet the claim did not take it (another claim holds
+            # it, or its job was just paused): look again in a second.
+            self._lease_check = now + 1.0
+            self.wake_in(1.0)
 
     def poke(self) -> None:
         """Claim again now (stopping, or something this worker did)."""

@@ -271,7 +271,7 @@ class Worker:
             for c in claimed:
                 self._take(c)
             if len(claimed) < limit:
-                await self._wakeup.wait()
+                await self._wakeup.wait(self._db)
 
     def _take(self, c: leases.Claimed) -> None:
         """Start delivering a claimed run.
