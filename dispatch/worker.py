@@ -11,8 +11,8 @@ thread naturally batches: while one statement runs, the next batch gathers.
 Four loops share the state:
 
 - claim: take as many due runs as there are free slots, in one statement; if
-  the batch came back full, claim again at once, otherwise wait for a free
-  slot or the poll interval;
+  the batch came back full, claim again at once, otherwise wait for a
+  wake-up (dispatch/wakeup.py: a NOTIFY, a timer, or the slow safety poll);
 - deliver: one task per run (dispatch/webhooks.py does the HTTP);
 - complete: every COMPLETE_EVERY seconds, write all finished results in one
   fenced statement (runs/outcomes.py);
@@ -46,6 +46,7 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, connections
 
 from dispatch import fleet, webhooks
+from dispatch.wakeup import Wakeup
 from jobs import crypto
 from runs import leases, outcomes
 from runs.after_attempt import after_attempt
@@ -157,6 +158,8 @@ class Worker:
         self._wake: asyncio.Event | None = None
         self._stopped: asyncio.Event | None = None
         self._session: aiohttp.ClientSession | None = None
+        # What the claim loop waits on when there was nothing left to claim.
+        self._wakeup = Wakeup(name=self.name, fallback_poll=poll_interval)
 
     # -- the database thread ------------------------------------------------
 
@@ -268,7 +271,7 @@ class Worker:
             for c in claimed:
                 self._take(c)
             if len(claimed) < limit:
-                await self._sleep(self.poll_interval)
+                await self._wakeup.wait(self._db)
 
     def _take(self, c: leases.Claimed) -> None:
         """Start delivering a claimed run.
@@ -314,6 +317,7 @@ class Worker:
         for r in batch:
             self.held.pop((r.run_id, r.attempt), None)
         self.delivered += len(done.applied)
+        self._wakeup.completed(batch)
         return len(batch)
 
     async def _complete_loop(self) -> None:
@@ -396,6 +400,7 @@ class Worker:
             limit=self.concurrency, allow_private=self.allow_private
         )
         log.info("worker started", extra={"worker": self.name, "concurrency": self.concurrency})
+        self._wakeup.start()
         try:
             await self._db(self.registration.beat)
         except DatabaseError:
@@ -409,6 +414,7 @@ class Worker:
 
     def stop(self) -> None:
         self.stopping.set()
+        self._wakeup.poke()
         if self._wake is not None:
             self._wake.set()
         if self._stopped is not None:
@@ -431,6 +437,7 @@ class Worker:
             await self._db(self.registration.leave)
         except DatabaseError:
             pass
+        await self._wakeup.close()
         assert self._session is not None  # set by run() before the loops start
         await self._session.close()
         await self._db(connections.close_all)

@@ -96,3 +96,26 @@ def test_bench_refuses_a_database_with_foreign_jobs(owner):
     )
     expect(out.returncode != 0)
     expect("did not make" in out.stderr)
+
+
+@pytest.mark.parametrize("listen", ["true", "false"])
+def test_idle_scenario_counts_the_database_and_times_every_wake_up(listen):
+    out = subprocess.run(
+        [sys.executable, "manage.py", "bench", "idle", "--workers", "2", "--window", "1"]
+        + ["--wakeups", "3"],
+        cwd=ROOT,
+        env=process_env(PUNCTUAL_LISTEN=listen, PUNCTUAL_LOG_LEVEL="WARNING"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    expect(out.returncode == 0, out.stderr[-2000:])
+    [result] = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    expect(result["scenario"] == "idle")
+    expect(result["params"] == {"workers": 2, "window": 1.0, "wakeups": 3})
+    expect(result["listen"] is (listen == "true"))
+    expect(result["transactions_per_s"] > 0)
+    expect(result["transactions_per_s_per_worker"] > 0)
+    expect(set(result["wakeup_ms"]) == {"p50", "p95", "max"})
+    expect(result["wakeups"] == 3)
+    expect({"statements_per_s", "claims_begun_before_commit"} <= set(result))

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ops import bench
 
-SCENARIOS = ("dispatch", "scale", "e2e", "slow", "recovery", "audit", "all")
+SCENARIOS = ("dispatch", "scale", "e2e", "slow", "recovery", "audit", "idle", "all")
 
 
 class Command(BaseCommand):
@@ -26,7 +26,9 @@ class Command(BaseCommand):
         parser.add_argument("--repeat", type=int, default=3, help="runs; figures are medians")
         parser.add_argument("--interval", type=int, default=1, help="e2e: seconds between fires")
         parser.add_argument("--duration", type=float, default=60, help="e2e: seconds measured")
-        parser.add_argument("--workers", type=int, help="e2e: 1 worker; slow: 2 workers")
+        parser.add_argument(
+            "--workers", type=int, help="e2e: 1 worker; slow: 2 workers; idle: 50 workers"
+        )
         parser.add_argument("--concurrency", type=int, default=500, help="e2e worker concurrency")
         parser.add_argument(
             "--receiver",
@@ -37,10 +39,12 @@ class Command(BaseCommand):
         parser.add_argument("--no-web", action="store_true", help="e2e: without gunicorn")
         parser.add_argument("--inflight", type=int, default=4000, help="slow: deliveries")
         parser.add_argument("--delay", type=float, default=2.0, help="slow: receiver seconds")
+        parser.add_argument("--window", type=float, default=10, help="idle: seconds measured")
+        parser.add_argument("--wakeups", type=int, default=20, help="idle: triggers timed")
         parser.add_argument("--force", action="store_true", help="run beside foreign jobs")
 
     def handle(self, *args, **o):
-        for name in ("jobs", "due", "repeat", "duration", "workers", "inflight"):
+        for name in ("jobs", "due", "repeat", "duration", "workers", "inflight", "wakeups"):
             if o.get(name) is not None and o[name] < 1:
                 raise CommandError(f"--{name} must be at least 1")
         if o["scenario"] == "drain":  # one of the two dispatchers of `dispatch`
@@ -50,8 +54,10 @@ class Command(BaseCommand):
             bench.check_scratch(o["force"])
         except bench.BenchRefused as exc:
             raise CommandError(str(exc)) from exc
-        # "all" is the README's measured set; the audit scenario runs on its own.
-        wanted = SCENARIOS[:-2] if o["scenario"] == "all" else (o["scenario"],)
+        if o["window"] <= 0:
+            raise CommandError("--window must be more than 0")
+        # "all" is the README's measured set; audit and idle run on their own.
+        wanted = SCENARIOS[:-3] if o["scenario"] == "all" else (o["scenario"],)
         for scenario in wanted:
             params, figures = self.run(scenario, o)
             self.stdout.write(
@@ -93,5 +99,12 @@ class Command(BaseCommand):
                 "repeat": o["repeat"],
             }
             return params, bench.scenario_audit(**params, force=o["force"])
+        if scenario == "idle":
+            params = {
+                "workers": o["workers"] or 50,
+                "window": o["window"],
+                "wakeups": o["wakeups"],
+            }
+            return params, bench.scenario_idle(**params, force=o["force"])
         params = {"inflight": o["inflight"], "delay": o["delay"], "workers": o["workers"] or 2}
         return params, bench.scenario_slow(**params, force=o["force"])
