@@ -12,7 +12,10 @@
    misfire and overlap policies, pure).
 4. Insert the runs with ``ON CONFLICT DO NOTHING``, advance ``next_fire_at``
    and add the misfires counted past the recorded cap to the job's and its
-   open schedule span's ``missed_count``, in one statement, then commit.
+   open schedule span's ``missed_count``, in one statement, then commit,
+   with one NOTIFY (runs/notify.py) when the tick made runs claimable: idle
+   workers wake at the commit. A jittered run is announced by the first
+   tick at or after its ``available_at``.
 
 ``run_once()`` ticks until the due set is drained (beating its fleet row
 between ticks when a beat is due), then does housekeeping: heartbeat,
@@ -25,6 +28,7 @@ on a fixed poll.
 from __future__ import annotations
 
 import datetime as dt
+import heapq
 import logging
 import signal
 import threading
@@ -43,7 +47,7 @@ from django.db import (
 
 from dispatch import fleet, queries
 from jobs.schedules import jitter_offset
-from runs import job_verbs
+from runs import job_verbs, notify
 from runs.planning import PENDING, plan_job
 
 log = logging.getLogger("punctual.dispatch")
@@ -68,6 +72,10 @@ MAX_BACKOFF = 30.0
 # With it, each batch holds its locks for a fraction of a second, whatever
 # the outage, and the drain takes as many batches as it needs.
 ROW_BUDGET = 2000
+# Jittered runs this dispatcher made that are not claimable yet, remembered so
+# that a tick announces them when they become so; past this many, the farthest
+# are left to the workers' safety poll.
+MAX_LATER_WAKEUPS = 100_000
 
 
 @dataclass
@@ -105,6 +113,10 @@ class Dispatcher:
         # How many jobs the planned path locks per batch: batch_size, or
         # fewer while a recovery writes many rows per job (ROW_BUDGET).
         self._planned_limit = batch_size
+        # When this dispatcher's jittered runs become claimable (database
+        # time, a heap), and (database now, monotonic) at the last tick.
+        self._later: list[dt.datetime] = []
+        self._last_tick: tuple[dt.datetime, float] | None = None
 
     # -- one batch ------------------------------------------------------------
 
@@ -114,16 +126,19 @@ class Dispatcher:
         started = time.monotonic()
         with transaction.atomic():
             now = now or queries.db_now()
+            self._last_tick = (now, time.monotonic())
             fast = TickResult(now=now)
             fast.jobs, fast.created = queries.dispatch_simple_intervals(
                 now, self.batch_size, self.shard
             )
             if fast.jobs >= self.batch_size:
                 fast.more = True
+                self._announce(now, claimable=fast.fires)
                 return fast
             limit = min(self.batch_size - fast.jobs, self._planned_limit)
             due = queries.lock_due_jobs(now, limit, self.shard)
             if not due:
+                self._announce(now, claimable=fast.fires)
                 return fast
             more = len(due) == limit
             exclusive_ids = [j.id for j in due if j.overlap_policy != "allow"]
@@ -174,6 +189,15 @@ class Dispatcher:
             created = queries.insert_runs_and_advance(now, advances, runs)
             for job_id, problem in unreadable:
                 job_verbs.pause_unreadable(job_id, problem=problem)
+            claimable = fast.fires
+            for position, scheduled_at, _kind, state, _reason in runs:
+                if state == PENDING:
+                    available = scheduled_at + advances[position].jitter
+                    if available <= now:
+                        claimable += 1
+                    else:
+                        heapq.heappush(self._later, available)
+            self._announce(now, claimable=claimable)
         # Lock only as many jobs next time as the budget lets this batch's
         # rows per job through; back to the full batch once ticks are light.
         per_job = len(runs) / max(1, planned)
@@ -195,6 +219,27 @@ class Dispatcher:
         for state, n in fast.created.items():
             created[state] = created.get(state, 0) + n
         return TickResult(jobs=fast.jobs + planned, created=created, now=now, more=more)
+
+    def _announce(self, now: dt.datetime, *, claimable: int) -> None:
+        """At most one NOTIFY per tick, in its transaction (runs/notify.py):
+        when it made runs claimable now, or when jittered runs of an earlier
+        tick became claimable by now."""
+        later_due = False
+        while self._later and self._later[0] <= now:
+            heapq.heappop(self._later)
+            later_due = True
+        if len(self._later) > MAX_LATER_WAKEUPS:
+            self._later = heapq.nsmallest(MAX_LATER_WAKEUPS // 2, self._later)
+        if claimable or later_due:
+            notify.runs_claimable("dispatch")
+
+    def seconds_until_later_runs(self) -> float | None:
+        """Seconds until this dispatcher's next jittered run becomes claimable
+        (None: none), by the database clock of the last tick."""
+        if not self._later or self._last_tick is None:
+            return None
+        then, mono = self._last_tick
+        return (self._later[0] - then).total_seconds() - (time.monotonic() - mono)
 
     # -- the loop -------------------------------------------------------------
 
@@ -268,6 +313,10 @@ class Dispatcher:
         """How long to sleep: until this shard's earliest next fire, within
         [MIN_SLEEP, MAX_SLEEP]. ``now`` is for tests only."""
         wait = queries.seconds_to_earliest_fire(self.shard, now)
+        later = self.seconds_until_later_runs()
+        if later is not None:
+            # Tick when a jittered run becomes claimable, to announce it.
+            wait = later if wait is None else min(wait, later)
         if wait is None:
             return MAX_SLEEP
         return min(MAX_SLEEP, max(MIN_SLEEP, wait))

@@ -12,12 +12,32 @@ import os
 import socket
 import uuid
 
-from core.db import db_now
+from django.db import connection
+
+from core.db import DB_NOW_SQL, db_now
 from dispatch.models import LagSample, ProcessHeartbeat
 
 ALIVE_WITHIN = dt.timedelta(seconds=30)
 FORGET_AFTER = dt.timedelta(days=1)
 SAMPLE_RETENTION = dt.timedelta(days=2)
+
+# Every dispatcher's and worker's beat, every 2 s: one statement and one
+# transaction, stamped by the database clock. Once idle workers stopped
+# polling (dispatch/wakeup.py), these beats became most of what an idle fleet
+# costs the database. A process that starts again under the same name takes
+# the row over, with its own pid and start.
+BEAT = f"""
+    INSERT INTO dispatch_processheartbeat
+        (name, kind, host, pid, started_at, last_seen, in_flight, stopping)
+    SELECT %(name)s, %(kind)s, %(host)s, %(pid)s, coalesce(%(started_at)s, t.now), t.now,
+           %(in_flight)s, %(stopping)s
+    FROM (SELECT {DB_NOW_SQL} AS now) AS t
+    ON CONFLICT (name) DO UPDATE SET
+        kind = EXCLUDED.kind, host = EXCLUDED.host, pid = EXCLUDED.pid,
+        started_at = EXCLUDED.started_at, last_seen = EXCLUDED.last_seen,
+        in_flight = EXCLUDED.in_flight, stopping = EXCLUDED.stopping
+    RETURNING started_at
+"""
 
 
 def default_name(kind: str) -> str:
@@ -33,21 +53,20 @@ class Registration:
         self.started_at: dt.datetime | None = None
 
     def beat(self, *, in_flight: int = 0, stopping: bool = False) -> None:
-        now = db_now()
-        if self.started_at is None:
-            self.started_at = now
-        ProcessHeartbeat.objects.update_or_create(
-            name=self.name,
-            defaults={
-                "kind": self.kind,
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "started_at": self.started_at,
-                "last_seen": now,
-                "in_flight": in_flight,
-                "stopping": stopping,
-            },
-        )
+        with connection.cursor() as cur:
+            cur.execute(
+                BEAT,
+                {
+                    "name": self.name,
+                    "kind": self.kind,
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "started_at": self.started_at,  # None: the first beat is the start
+                    "in_flight": in_flight,
+                    "stopping": stopping,
+                },
+            )
+            self.started_at = cur.fetchone()[0]
 
     def leave(self) -> None:
         ProcessHeartbeat.objects.filter(name=self.name).delete()

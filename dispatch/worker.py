@@ -11,8 +11,8 @@ thread naturally batches: while one statement runs, the next batch gathers.
 Four loops share the state:
 
 - claim: take as many due runs as there are free slots, in one statement; if
-  the batch came back full, claim again at once, otherwise wait for a free
-  slot or the poll interval;
+  the batch came back full, claim again at once, otherwise wait for a
+  wake-up (dispatch/wakeup.py: a NOTIFY, a timer, or the slow safety poll);
 - deliver: one task per run (dispatch/webhooks.py does the HTTP);
 - complete: every COMPLETE_EVERY seconds, write all finished results in one
   fenced statement (runs/outcomes.py);
@@ -41,10 +41,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+import uvloop
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, connections
 
 from dispatch import fleet, webhooks
+from dispatch.wakeup import Wakeup
 from jobs import crypto
 from runs import leases, outcomes
 from runs.after_attempt import after_attempt
@@ -145,6 +147,8 @@ class Worker:
         # attempts' tasks, results and leases must not be mistaken for each other.
         self.held: dict[tuple[uuid.UUID, int], _Held] = {}
         self.in_flight = 0
+        # How many free slots wake a full claim loop (see _deliver).
+        self._refill_at = max(1, min(MAX_CLAIM, concurrency // 10))
         self.results: list[outcomes.Result] = []
         self.delivered = 0
         self.stopping = threading.Event()
@@ -154,6 +158,8 @@ class Worker:
         self._wake: asyncio.Event | None = None
         self._stopped: asyncio.Event | None = None
         self._session: aiohttp.ClientSession | None = None
+        # What the claim loop waits on when there was nothing left to claim.
+        self._wakeup = Wakeup(name=self.name, fallback_poll=poll_interval)
 
     # -- the database thread ------------------------------------------------
 
@@ -174,7 +180,9 @@ class Worker:
     # -- delivery -------------------------------------------------------------
 
     def _signing_secrets(self, c: leases.Claimed, now: dt.datetime) -> list[str]:
-        key = (c.job_id, c.secret_encrypted, c.previous_secret_encrypted, c.previous_secret_until)
+        # The ciphertexts alone decide the secrets: two jobs sharing one (a
+        # copied job) share the decryption too.
+        key = (c.secret_encrypted, c.previous_secret_encrypted, c.previous_secret_until)
         secrets = self._secrets.get(key)
         if secrets is None:
             secrets = [crypto.decrypt(c.secret_encrypted)]
@@ -230,8 +238,13 @@ class Worker:
             )
         finally:
             self.in_flight -= 1
-            assert self._wake is not None  # set before any delivery starts
-            self._wake.set()
+            # Wake a claim loop that waits for free slots once enough are free
+            # for a worthwhile batch. Waking it on every finished delivery made
+            # it claim a run or two per statement, as fast as the database
+            # thread could go, starving the completions queued behind it.
+            if self.concurrency - self.in_flight == self._refill_at:
+                assert self._wake is not None  # set before any delivery starts
+                self._wake.set()
 
     # -- loops ----------------------------------------------------------------
 
@@ -258,7 +271,7 @@ class Worker:
             for c in claimed:
                 self._take(c)
             if len(claimed) < limit:
-                await self._sleep(self.poll_interval)
+                await self._wakeup.wait(self._db)
 
     def _take(self, c: leases.Claimed) -> None:
         """Start delivering a claimed run.
@@ -304,6 +317,7 @@ class Worker:
         for r in batch:
             self.held.pop((r.run_id, r.attempt), None)
         self.delivered += len(done.applied)
+        self._wakeup.completed(batch)
         return len(batch)
 
     async def _complete_loop(self) -> None:
@@ -386,6 +400,7 @@ class Worker:
             limit=self.concurrency, allow_private=self.allow_private
         )
         log.info("worker started", extra={"worker": self.name, "concurrency": self.concurrency})
+        self._wakeup.start()
         try:
             await self._db(self.registration.beat)
         except DatabaseError:
@@ -399,6 +414,7 @@ class Worker:
 
     def stop(self) -> None:
         self.stopping.set()
+        self._wakeup.poke()
         if self._wake is not None:
             self._wake.set()
         if self._stopped is not None:
@@ -421,6 +437,7 @@ class Worker:
             await self._db(self.registration.leave)
         except DatabaseError:
             pass
+        await self._wakeup.close()
         assert self._session is not None  # set by run() before the loops start
         await self._session.close()
         await self._db(connections.close_all)
@@ -429,7 +446,10 @@ class Worker:
 
     def run_forever(self) -> None:
         close_old_connections()
-        asyncio.run(self.run())
+        # uvloop: the same asyncio API on libuv, with a cheaper loop per
+        # socket event and per task; it is most of what a busy worker does.
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(self.run())
 
     def run_once(self) -> int:
         """Claim one batch, deliver it, write the results; returns runs claimed.

@@ -12,7 +12,10 @@ holds jobs it did not make, unless ``--force``.
 - ``e2e``: N interval jobs for D seconds against the loopback receiver (its own
   process), one dispatcher and W workers; deliveries/s, fire lag percentiles
   (delivery start at the receiver minus scheduled_at), duplicate and lost
-  fires from the receiver's log, CPU seconds per process.
+  fires from the receiver's log, CPU seconds per process. gunicorn runs beside
+  them and answers a health probe each second (``--no-web`` leaves it out);
+  ``--receiver plain`` swaps the aiohttp receiver for a hand-written asyncio
+  one that parses each JSON body (ops/plain_receiver.py).
 - ``slow``: K deliveries to a receiver that answers after S seconds, held by W
   workers; the most in flight at once, each worker's peak RSS, completion rate.
 - ``recovery``: N per-minute cron jobs whose next fire was 24 hours ago (a
@@ -25,6 +28,12 @@ holds jobs it did not make, unless ``--force``.
   creates from one client and from several, and bulk creates of up to 1,000
   jobs per request; jobs/s, and a check that every job got its schedule span
   and its audit event.
+- ``idle``: W idle ``manage.py work`` processes (default 50), nothing due:
+  the database's transactions per second over a window (pg_stat_database;
+  statements too when pg_stat_statements is loaded), in all and per worker;
+  then the wake-up latency, from a manual trigger's commit to its run's
+  claim, over K triggers. ``PUNCTUAL_LISTEN=false`` in the bench's
+  environment measures a polling fleet instead (not part of ``all``).
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import json
 import os
 import platform
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -44,7 +54,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from core.db import db_now
 from dispatch.dispatcher import Dispatcher
@@ -379,26 +389,69 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-def _start_receiver(tmp: Path) -> tuple[subprocess.Popen, int, Path]:
+RECEIVERS = {
+    # The aiohttp app the process tests use too, logging only what the bench audits.
+    "aiohttp": ["-m", "ops.loopback_receiver", "--lean"],
+    # A hand-written asyncio receiver that parses every JSON body.
+    "plain": ["-m", "ops.plain_receiver"],
+}
+
+
+def _start_receiver(tmp: Path, kind: str = "aiohttp") -> tuple[subprocess.Popen, int, Path]:
     port_file, log = tmp / "receiver.port", tmp / "receiver.jsonl"
     proc = _start(
-        [
-            "-m",
-            "ops.loopback_receiver",
-            "--lean",
-            "--log",
-            str(log),
-            "--port-file",
-            str(port_file),
-        ],
+        [*RECEIVERS[kind], "--log", str(log), "--port-file", str(port_file)],
         tmp / "receiver.out",
     )
+    return proc, _wait_for_port(port_file, proc, "the receiver"), log
+
+
+def _wait_for_port(port_file: Path, proc: subprocess.Popen, what: str) -> int:
     deadline = time.monotonic() + 30
     while not port_file.exists():
         if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError("the receiver did not start")
+            raise RuntimeError(f"{what} did not start")
         time.sleep(0.05)
-    return proc, int(port_file.read_text()), log
+    return int(port_file.read_text())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_web(tmp: Path) -> tuple[subprocess.Popen, int]:
+    """gunicorn as the Procfile runs it (2 processes, 4 threads), on a free port;
+    returns once its health endpoint answers."""
+    import requests
+
+    port = _free_port()
+    proc = _start(
+        [
+            "-m",
+            "gunicorn",
+            "scheduler_site.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "2",
+            "--threads",
+            "4",
+            "--graceful-timeout",
+            "4",
+        ],
+        tmp / "web.out",
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            requests.get(f"http://127.0.0.1:{port}/api/v1/health/", timeout=5)
+            return proc, port
+        except requests.RequestException:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("gunicorn did not start") from None
+            time.sleep(0.1)
 
 
 def _stop(proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -435,14 +488,28 @@ def _parse_iso(text: str) -> float:
 
 
 def scenario_e2e(
-    *, jobs: int, interval: int, duration: float, workers: int, concurrency: int, force: bool
+    *,
+    jobs: int,
+    interval: int,
+    duration: float,
+    workers: int,
+    concurrency: int,
+    receiver: str = "aiohttp",
+    web: bool = True,
+    force: bool,
 ) -> dict:
+    """``jobs`` interval jobs firing every ``interval`` s for ``duration`` s,
+    each fire one POST to a local receiver; gunicorn runs beside them (``web``)
+    and answers a health probe every second, as in a real deployment."""
     from runs.models import Run
 
     reset(force)
     with tempfile.TemporaryDirectory(prefix="punctual-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        receiver, port, log = _start_receiver(tmp)
+        receiver_proc, port, log = _start_receiver(tmp, receiver)
+        web_proc = web_port = None
+        if web:
+            web_proc, web_port = _start_web(tmp)
         insert_jobs(
             jobs, interval=interval, url=f"http://127.0.0.1:{port}/ok", spread=True, overlap="skip"
         )
@@ -455,12 +522,24 @@ def scenario_e2e(
                 ["manage.py", "work", "--concurrency", str(concurrency)], tmp / f"work{k}.out"
             )
         t_stop = t_start + dt.timedelta(seconds=duration)
-        # The measured window, plus a second so its last fires are dispatched.
+        health_ms: list[float] = []
+        next_probe = time.monotonic()
+        # The measured window, then until every fire in it is dispatched: an
+        # overloaded dispatcher that runs late makes those fires late (their
+        # lag counts), not missing.
+        dispatched_deadline = time.monotonic() + duration + 120
         while True:
             with connection.cursor() as cur:
-                cur.execute("SELECT now()")
-                if cur.fetchone()[0] >= t_stop + dt.timedelta(seconds=1):
+                cur.execute(
+                    "SELECT now() >= %s AND NOT EXISTS (SELECT 1 FROM jobs_job"
+                    " WHERE owner_id = %s AND next_fire_at < %s)",
+                    [t_stop + dt.timedelta(seconds=1), bench_owner().pk, t_stop],
+                )
+                if cur.fetchone()[0] or time.monotonic() > dispatched_deadline:
                     break
+            if web_port and time.monotonic() >= next_probe:
+                next_probe += 1
+                health_ms.append(_probe_ms(f"http://127.0.0.1:{web_port}/api/v1/health/"))
             time.sleep(0.2)
         cpu = {"receiver": 0.0}
         cpu["dispatcher"] = _cpu_seconds(procs["dispatcher"].pid)
@@ -477,8 +556,11 @@ def scenario_e2e(
             if name.startswith("worker"):
                 cpu[name] = _cpu_seconds(proc.pid)
                 _stop(proc)
-        cpu["receiver"] = _cpu_seconds(receiver.pid)
-        _stop(receiver)
+        cpu["receiver"] = _cpu_seconds(receiver_proc.pid)
+        _stop(receiver_proc)
+        if web_proc is not None:
+            cpu["web"] = _cpu_seconds(web_proc.pid) + _children_cpu_seconds(web_proc.pid)
+            _stop(web_proc)
         entries = _receiver_log(log)
 
     t0, t1 = t_start.timestamp(), t_stop.timestamp()
@@ -519,7 +601,34 @@ def scenario_e2e(
         "lost_fires": lost,
         "skipped_overlap": states.get("skipped", 0),
         "cpu_seconds": {k: round(v, 1) for k, v in cpu.items()},
+        "health_ms": {
+            "p50": round(_percentile(health_ms, 0.50), 1),
+            "max": round(max(health_ms, default=0.0), 1),
+        },
     }
+
+
+def _probe_ms(url: str) -> float:
+    import requests
+
+    t0 = time.monotonic()
+    try:
+        requests.get(url, timeout=10)
+    except requests.RequestException:
+        pass
+    return (time.monotonic() - t0) * 1000
+
+
+def _children_cpu_seconds(pid: int) -> float:
+    """CPU of a process's live children (gunicorn's worker processes)."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        total += sum(_cpu_seconds(int(c)) for c in children)
+    return total
 
 
 def scenario_slow(*, inflight: int, delay: float, workers: int, force: bool) -> dict:
@@ -571,6 +680,142 @@ def scenario_slow(*, inflight: int, delay: float, workers: int, force: bool) -> 
         "succeeded": succeeded,
         "completion_per_s": round(succeeded / elapsed, 1),
         "elapsed_s": round(elapsed, 1),
+    }
+
+
+# -- idle -----------------------------------------------------------------------
+
+# The database's transactions so far (the bench's own few are counted too).
+DATABASE_XACTS = """
+    SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()
+"""
+# The statements run so far, when pg_stat_statements is installed and loaded.
+STATEMENT_CALLS = """
+    SELECT sum(calls)::bigint FROM pg_stat_statements
+    WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
+
+
+def _database_counters() -> tuple[int, int | None]:
+    """(transactions, statements or None), read afresh: statistics are
+    cached per transaction, and this connection is in autocommit."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_stat_clear_snapshot()")
+        cur.execute(DATABASE_XACTS)
+        xacts = cur.fetchone()[0]
+        cur.execute("SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements'")
+        if not cur.fetchone():
+            return xacts, None
+        try:
+            with transaction.atomic():
+                cur.execute(STATEMENT_CALLS)
+                return xacts, cur.fetchone()[0]
+        except DatabaseError:
+            return xacts, None  # installed, but not in shared_preload_libraries
+
+
+def _wait_for(predicate, timeout: float, what: str, procs: list[subprocess.Popen]) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        if any(p.poll() is not None for p in procs):
+            raise RuntimeError(f"a process exited while waiting for {what}")
+        time.sleep(0.05)
+
+
+# LISTEN connections of the bench's workers (dispatch/wakeup.py names them).
+IDLE_LISTENERS = """
+    SELECT count(*) FROM pg_stat_activity
+    WHERE application_name LIKE 'punctual-listen bench-idle-%%' AND query ILIKE 'LISTEN %%'
+"""
+
+
+def scenario_idle(*, workers: int, window: float, wakeups: int, force: bool) -> dict:
+    """What an idle fleet costs the database, and how fast it wakes up."""
+    from dispatch.models import ProcessHeartbeat
+    from jobs.models import Job
+    from runs import job_verbs
+    from runs.models import Run
+
+    reset(force)
+    fleet = ProcessHeartbeat.objects.filter(name__startswith="bench-idle-")
+    fleet.delete()
+    latencies: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="punctual-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        receiver, port, _log = _start_receiver(tmp)
+        insert_jobs(1, interval=86_400, url=f"http://127.0.0.1:{port}/ok", overlap="allow")
+        job = Job.objects.get(owner__username=BENCH_OWNER)
+        procs = [
+            _start(
+                ["manage.py", "work", "--concurrency", "10", "--name", f"bench-idle-{k}"],
+                tmp / f"work{k}.out",
+            )
+            for k in range(workers)
+        ]
+        try:
+            _wait_for(
+                lambda: fleet.count() >= workers, 600, f"{workers} workers' fleet rows", procs
+            )
+            if settings.PUNCTUAL_LISTEN:
+
+                def listening() -> bool:
+                    with connection.cursor() as cur:
+                        cur.execute(IDLE_LISTENERS)
+                        return cur.fetchone()[0] >= workers
+
+                _wait_for(listening, 600, f"{workers} LISTEN connections", procs)
+            time.sleep(2)  # past every worker's start-up claims
+            xacts0, calls0 = _database_counters()
+            t0 = time.monotonic()
+            time.sleep(window)
+            xacts1, calls1 = _database_counters()
+            elapsed = time.monotonic() - t0
+
+            for _ in range(wakeups):
+                with transaction.atomic():
+                    run = job_verbs.trigger(job)
+                    with connection.cursor() as cur:
+                        cur.execute("SELECT clock_timestamp()")  # the last statement before commit
+                        committed = cur.fetchone()[0]
+                claimed = Run.objects.filter(pk=run.pk, started_at__isnull=False)
+                _wait_for(claimed.exists, 120, "a triggered run to be claimed", procs)
+                started = claimed.values_list("started_at", flat=True).get()
+                # Negative when a polling claim read its clock before the
+                # commit and ran its query after: counted, and as 0.
+                latencies.append((started - committed).total_seconds() * 1000)
+                succeeded = Run.objects.filter(pk=run.pk, state="succeeded")
+                _wait_for(succeeded.exists, 120, "a triggered run to succeed", procs)
+                time.sleep(0.2)  # the worker that delivered it goes idle again
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in procs:
+                _stop(p)
+            _stop(receiver)
+    if len(latencies) != wakeups:  # not an assert: python -O must not skip it
+        raise RuntimeError(f"{len(latencies)} of {wakeups} wake-ups measured")
+    xacts_per_s = (xacts1 - xacts0) / elapsed
+    calls_per_s = None if calls0 is None or calls1 is None else (calls1 - calls0) / elapsed
+    return {
+        "listen": settings.PUNCTUAL_LISTEN,
+        "poll_seconds": settings.PUNCTUAL_POLL_SECONDS if settings.PUNCTUAL_LISTEN else 0.1,
+        "window_s": round(elapsed, 1),
+        "transactions_per_s": round(xacts_per_s, 1),
+        "transactions_per_s_per_worker": round(xacts_per_s / workers, 2),
+        "statements_per_s": None if calls_per_s is None else round(calls_per_s, 1),
+        "statements_per_s_per_worker": (
+            None if calls_per_s is None else round(calls_per_s / workers, 2)
+        ),
+        "wakeup_ms": {
+            "p50": round(max(0.0, statistics.median(latencies)), 1),
+            "p95": round(max(0.0, _percentile(latencies, 0.95)), 1),
+            "max": round(max(0.0, *latencies), 1),
+        },
+        "wakeups": len(latencies),
+        "claims_begun_before_commit": sum(1 for ms in latencies if ms < 0),
     }
 
 
@@ -678,18 +923,11 @@ CREATE_URL = "https://93.184.215.14/hook"
 CREATE_JOB = {"interval_seconds": 3600, "url": CREATE_URL, "payload": {"bench": True}}
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _start_gunicorn(tmp: Path, workers: int, threads: int) -> tuple[subprocess.Popen, str]:
-    """gunicorn as the Procfile runs it, on a free port, against this database.
-    The per-owner rate limit is lifted: it would cap one owner's creates at
-    100 requests/s per process, and this scenario measures the work behind it."""
+    """gunicorn as the Procfile runs it, on a free port, against this database
+    (``_start_web``, with this scenario's environment). The per-owner rate
+    limit is lifted: it would cap one owner's creates at 100 requests/s per
+    process, and this scenario measures the work behind it."""
     import requests
 
     port = _free_port()
@@ -739,12 +977,8 @@ def _start_gunicorn(tmp: Path, workers: int, threads: int) -> tuple[subprocess.P
 
 
 def _tree_cpu_seconds(pid: int) -> float:
-    """CPU seconds of a process and its live children (gunicorn's workers)."""
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        children = []
-    return _cpu_seconds(pid) + sum(_cpu_seconds(int(child)) for child in children)
+    """CPU seconds of gunicorn: its master and its worker processes."""
+    return _cpu_seconds(pid) + _children_cpu_seconds(pid)
 
 
 def _post_jobs(session, base: str, body) -> list | dict:

@@ -28,7 +28,7 @@ from django.db.models import F
 from core.db import db_now
 from jobs import history
 from jobs.models import Channel, Job, JobState, OverlapPolicy
-from runs import identity, planning
+from runs import identity, notify, planning
 from runs.models import Reason, Run, RunKind, RunState
 
 MAX_BACKFILL = 1000
@@ -201,6 +201,9 @@ def resume(
     history.record_spans([current.pk], now)
     job.refresh_from_db()
     plan["created"] = Run.objects.create_for_fires(job, catch_up_fires, kind=RunKind.CATCH_UP)
+    # Its catch-up runs, and any run triggered or backfilled while it was
+    # paused, may start now.
+    notify.runs_claimable("resume")
     job.record_event(
         "resumed", actor=actor, channel=channel, changes={"catch_up": plan["catch_up"]}
     )
@@ -240,6 +243,7 @@ def trigger(
         exclusive=job.overlap_policy != OverlapPolicy.ALLOW,
     )
     job.record_event("triggered", actor=actor, channel=channel, changes={"run": str(run.pk)})
+    notify.runs_claimable("trigger")
     return run
 
 
@@ -272,6 +276,7 @@ def backfill(
             channel=channel,
             changes={"start": start.isoformat(), "end": end.isoformat(), "created": created},
         )
+        notify.runs_claimable("backfill")
     return {"slots": [s.isoformat() for s in free], "created": created}
 
 
@@ -388,5 +393,9 @@ def edit(job: Job, values: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     history.record_spans([current.pk], now)
     if "target_kind" in changes:
         Run.objects.cancel_waiting(job_id=current.pk, reason=Reason.TARGET_CHANGED, now=now)
+    if PLANNING_FIELDS.intersection(changes) and current.state == JobState.ACTIVE:
+        # The due fires settled above, or runs that a new overlap policy
+        # no longer holds back, may start now.
+        notify.runs_claimable("edit")
     job.refresh_from_db()
     return changes

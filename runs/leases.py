@@ -24,7 +24,8 @@ from typing import Any
 
 from django.db import transaction
 
-from core.db import db_now, dict_cursor
+from core.db import DB_NOW_SQL, db_now, dict_cursor
+from runs import notify
 
 # An attempt's deadline is its start + timeout_seconds + this grace. A
 # heartbeat never extends a lease past it, so a wedged worker that keeps
@@ -273,6 +274,18 @@ RELEASE = """
 """
 
 
+# Worker claim loop, idle and listening (dispatch/wakeup.py): seconds until the
+# earliest lease of a running webhook run with an attempt left may expire (uses
+# run_active_idx). A worker that dies sends no NOTIFY, so the idle workers set
+# a timer for that instant: its run is taken over when the lease expires, not
+# at the next safety poll.
+NEXT_LEASE_EXPIRY = f"""
+    SELECT extract(epoch FROM min(lease_until) - {DB_NOW_SQL}) AS seconds
+    FROM runs_run
+    WHERE state = 'running' AND target_kind = 'webhook' AND attempt < max_attempts
+"""
+
+
 # ---------------------------------------------------------------------------
 # claim, heartbeat, release
 # ---------------------------------------------------------------------------
@@ -324,6 +337,14 @@ def claim(
     return claimed
 
 
+def seconds_to_next_lease_expiry() -> float | None:
+    """NEXT_LEASE_EXPIRY: None when no webhook run is running."""
+    with dict_cursor() as cur:
+        cur.execute(NEXT_LEASE_EXPIRY)
+        seconds = cur.fetchone()["seconds"]
+    return None if seconds is None else float(seconds)
+
+
 def heartbeat(
     owner: str,
     held: list[tuple[uuid.UUID, int]],
@@ -367,4 +388,7 @@ def release(owner: str, held: list[tuple[uuid.UUID, int]], now: dt.datetime | No
                 "attempts": [h[1] for h in held],
             },
         )
-        return cur.fetchone()["released"]
+        released = cur.fetchone()["released"]
+        if released:
+            notify.runs_claimable("released")
+        return released

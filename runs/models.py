@@ -20,7 +20,7 @@ from django.db.models import Q
 
 from core.db import db_now
 from jobs.schedules import jitter_offset
-from runs import identity
+from runs import identity, notify
 
 if TYPE_CHECKING:
     from jobs.models import Job
@@ -268,6 +268,7 @@ class Run(models.Model):
         self.job.record_event(
             "run_retried", actor=actor, channel=channel, changes={"run": str(self.pk)}
         )
+        notify.runs_claimable("retry")
         return self
 
 

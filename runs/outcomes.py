@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from django.db import transaction
 
 from core.db import db_now, dict_cursor
-from runs import stats
+from runs import notify, stats
 from runs.after_attempt import FAILED, RETRYING, SUCCEEDED, pause_after_streak
 from runs.leases import JOB_IS_LIVE, LEASE_HELD, RECORD_LOST_ATTEMPTS, record_lost_attempts
 
@@ -256,6 +256,10 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
             applied = {row["id"] for row in cur.fetchall()}
         done.applied = [r.run_id for r in results if r.run_id in applied]
         done.stale = [r.run_id for r in results if r.run_id not in applied]
+        if any(by_id[i].state == RETRYING and by_id[i].retry_in <= 0 for i in done.applied):
+            # A retry due at once; later ones are the writer's timers
+            # (dispatch/wakeup.py) or the safety poll's.
+            notify.runs_claimable("retry")
         _insert_attempts(owner, [by_id[i] for i in done.applied], now)
         done.pauses = _pause(_update_streaks([by_id[i] for i in done.applied]), now)
         # Last in the transaction: the counter rows are shared by the workers

@@ -25,6 +25,8 @@ env = environ.Env(
     PUNCTUAL_LOG_LEVEL=(str, "INFO"),
     PUNCTUAL_API_RATE=(str, "6000/min"),
     PUNCTUAL_DEMO=(bool, False),
+    PUNCTUAL_LISTEN=(bool, True),
+    PUNCTUAL_POLL_SECONDS=(float, 5.0),
 )
 
 DEBUG = env("DEBUG")
@@ -52,6 +54,14 @@ PUNCTUAL_RUN_RETENTION_DAYS = env("PUNCTUAL_RUN_RETENTION_DAYS")
 # Fernet keys (urlsafe base64, 32 bytes) for secrets at rest, newest first. Empty:
 # one key is derived from SECRET_KEY (see jobs/crypto.py).
 PUNCTUAL_ENCRYPTION_KEYS = env("PUNCTUAL_ENCRYPTION_KEYS")
+
+# Idle workers wait for a NOTIFY on a LISTEN connection of their own, and claim
+# at least every PUNCTUAL_POLL_SECONDS anyway (dispatch/wakeup.py). Without
+# LISTEN (behind a transaction pooler) they poll every 100 ms.
+PUNCTUAL_LISTEN = env("PUNCTUAL_LISTEN")
+PUNCTUAL_POLL_SECONDS = env("PUNCTUAL_POLL_SECONDS")
+if not 0.01 <= PUNCTUAL_POLL_SECONDS <= 3600:
+    raise environ.ImproperlyConfigured("PUNCTUAL_POLL_SECONDS must be between 0.01 and 3600")
 
 # The demo app (ops.demo): the built-in receiver that `make run` delivers to.
 PUNCTUAL_DEMO = env("PUNCTUAL_DEMO")

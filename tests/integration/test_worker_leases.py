@@ -62,6 +62,7 @@ def in_process_worker(name: str = "w1", lease_seconds: int = 5) -> Worker:
     worker._db = inline_db
     worker._deliver = hang
     worker._sleep = stop_after_one_claim
+    worker._wakeup.wait = lambda db=None: stop_after_one_claim(0)
     return worker
 
 

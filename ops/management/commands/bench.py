@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ops import bench
 
-SCENARIOS = ("dispatch", "scale", "e2e", "slow", "recovery", "create", "audit", "all")
+SCENARIOS = ("dispatch", "scale", "e2e", "slow", "recovery", "create", "audit", "idle", "all")
 
 
 class Command(BaseCommand):
@@ -26,10 +26,21 @@ class Command(BaseCommand):
         parser.add_argument("--repeat", type=int, default=3, help="runs; figures are medians")
         parser.add_argument("--interval", type=int, default=1, help="e2e: seconds between fires")
         parser.add_argument("--duration", type=float, default=60, help="e2e: seconds measured")
-        parser.add_argument("--workers", type=int, help="e2e: 1 worker; slow: 2 workers")
+        parser.add_argument(
+            "--workers", type=int, help="e2e: 1 worker; slow: 2 workers; idle: 50 workers"
+        )
         parser.add_argument("--concurrency", type=int, default=500, help="e2e worker concurrency")
+        parser.add_argument(
+            "--receiver",
+            choices=("aiohttp", "plain"),
+            default="aiohttp",
+            help="e2e: the aiohttp receiver, or a plain asyncio one that parses each JSON body",
+        )
+        parser.add_argument("--no-web", action="store_true", help="e2e: without gunicorn")
         parser.add_argument("--inflight", type=int, default=4000, help="slow: deliveries")
         parser.add_argument("--delay", type=float, default=2.0, help="slow: receiver seconds")
+        parser.add_argument("--window", type=float, default=10, help="idle: seconds measured")
+        parser.add_argument("--wakeups", type=int, default=20, help="idle: triggers timed")
         parser.add_argument(
             "--singles", type=int, default=2000, help="create: single creates per client pass"
         )
@@ -48,6 +59,7 @@ class Command(BaseCommand):
             "duration",
             "workers",
             "inflight",
+            "wakeups",
             "singles",
             "clients",
             "batches",
@@ -62,10 +74,12 @@ class Command(BaseCommand):
             bench.check_scratch(o["force"])
         except bench.BenchRefused as exc:
             raise CommandError(str(exc)) from exc
+        if o["window"] <= 0:
+            raise CommandError("--window must be more than 0")
         if o["bulk_size"] > 1000:
             raise CommandError("--bulk-size must be at most 1000 (the API's limit per request)")
-        # "all" is the README's measured set; the audit scenario runs on its own.
-        wanted = SCENARIOS[:-2] if o["scenario"] == "all" else (o["scenario"],)
+        # "all" is the README's measured set; audit and idle run on their own.
+        wanted = SCENARIOS[:-3] if o["scenario"] == "all" else (o["scenario"],)
         for scenario in wanted:
             try:
                 params, figures = self.run(scenario, o)
@@ -98,6 +112,8 @@ class Command(BaseCommand):
                 "duration": o["duration"],
                 "workers": o["workers"] or 1,
                 "concurrency": o["concurrency"],
+                "receiver": o["receiver"],
+                "web": not o["no_web"],
             }
             return params, bench.scenario_e2e(**params, force=o["force"])
         if scenario == "create":
@@ -117,5 +133,12 @@ class Command(BaseCommand):
                 "repeat": o["repeat"],
             }
             return params, bench.scenario_audit(**params, force=o["force"])
+        if scenario == "idle":
+            params = {
+                "workers": o["workers"] or 50,
+                "window": o["window"],
+                "wakeups": o["wakeups"],
+            }
+            return params, bench.scenario_idle(**params, force=o["force"])
         params = {"inflight": o["inflight"], "delay": o["delay"], "workers": o["workers"] or 2}
         return params, bench.scenario_slow(**params, force=o["force"])
