@@ -360,11 +360,11 @@ def _env() -> dict:
     return env
 
 
-def _start(args: list[str], log: Path) -> subprocess.Popen:
+def _start(args: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, *args],
         cwd=ROOT,
-        env=_env(),
+        env={**_env(), **(env or {})},
         stdout=open(log, "w"),  # noqa: SIM115
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -421,12 +421,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_web(tmp: Path) -> tuple[subprocess.Popen, int]:
+def _start_web(
+    tmp: Path, *, workers: int = 2, threads: int = 4, env: dict | None = None
+) -> tuple[subprocess.Popen, int]:
     """gunicorn as the Procfile runs it (2 processes, 4 threads), on a free port;
-    returns once its health endpoint answers."""
+    returns once its health endpoint answers (200 or 503)."""
     import requests
 
     port = _free_port()
+    log = tmp / "web.out"
     proc = _start(
         [
             "-m",
@@ -435,23 +438,28 @@ def _start_web(tmp: Path) -> tuple[subprocess.Popen, int]:
             "--bind",
             f"127.0.0.1:{port}",
             "--workers",
-            "2",
+            str(workers),
             "--threads",
-            "4",
+            str(threads),
             "--graceful-timeout",
             "4",
         ],
-        tmp / "web.out",
+        log,
+        env,
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while True:
+        if proc.poll() is not None:
+            raise BenchFailed("gunicorn exited: " + log.read_text()[-2000:])
         try:
-            requests.get(f"http://127.0.0.1:{port}/api/v1/health/", timeout=5)
+            requests.get(f"http://127.0.0.1:{port}/api/v1/health/", timeout=10)
             return proc, port
         except requests.RequestException:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("gunicorn did not start") from None
-            time.sleep(0.1)
+            pass  # not listening yet
+        if time.monotonic() > deadline:
+            _stop(proc)
+            raise BenchFailed("gunicorn did not answer within 120 s")
+        time.sleep(0.1)
 
 
 def _stop(proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -559,7 +567,7 @@ def scenario_e2e(
         cpu["receiver"] = _cpu_seconds(receiver_proc.pid)
         _stop(receiver_proc)
         if web_proc is not None:
-            cpu["web"] = _cpu_seconds(web_proc.pid) + _children_cpu_seconds(web_proc.pid)
+            cpu["web"] = _tree_cpu_seconds(web_proc.pid)
             _stop(web_proc)
         entries = _receiver_log(log)
 
@@ -924,56 +932,17 @@ CREATE_JOB = {"interval_seconds": 3600, "url": CREATE_URL, "payload": {"bench": 
 
 
 def _start_gunicorn(tmp: Path, workers: int, threads: int) -> tuple[subprocess.Popen, str]:
-    """gunicorn as the Procfile runs it, on a free port, against this database
-    (``_start_web``, with this scenario's environment). The per-owner rate
-    limit is lifted: it would cap one owner's creates at 100 requests/s per
-    process, and this scenario measures the work behind it."""
-    import requests
-
-    port = _free_port()
-    env = _env()
-    env.update(
-        DEBUG="false",
-        ALLOWED_HOSTS="127.0.0.1",
-        PUNCTUAL_ALLOW_PRIVATE_TARGETS="false",
-        PUNCTUAL_API_RATE="10000000/min",
-    )
-    log = open(tmp / "gunicorn.out", "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "scheduler_site.wsgi",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            str(workers),
-            "--threads",
-            str(threads),
-            "--graceful-timeout",
-            "4",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        if proc.poll() is not None:
-            raise BenchFailed("gunicorn exited: " + (tmp / "gunicorn.out").read_text()[-2000:])
-        try:
-            if requests.get(f"{base}/api/v1/health/", timeout=10).status_code in (200, 503):
-                return proc, base
-        except requests.RequestException:
-            pass  # not listening yet
-        if time.monotonic() > deadline:
-            _stop(proc)
-            raise BenchFailed("gunicorn did not answer within 120 s")
-        time.sleep(0.1)
+    """``_start_web`` with this scenario's environment: no private targets, and
+    the per-owner rate limit lifted (it would cap one owner's creates at 100
+    requests/s per process, and this scenario measures the work behind it)."""
+    env = {
+        "DEBUG": "false",
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "PUNCTUAL_ALLOW_PRIVATE_TARGETS": "false",
+        "PUNCTUAL_API_RATE": "10000000/min",
+    }
+    proc, port = _start_web(tmp, workers=workers, threads=threads, env=env)
+    return proc, f"http://127.0.0.1:{port}"
 
 
 def _tree_cpu_seconds(pid: int) -> float:
