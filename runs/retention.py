@@ -33,14 +33,14 @@ DEFAULT_BATCH = 1000
 # prune_batch, for the runs it has locked: their attempts first, then the runs.
 # The scheduled_at window of the batch keeps both to the days it spans
 # (partition pruning) instead of probing every day's partition by id.
-DELETE_ATTEMPTS_OF_RUNS = """
-    DELETE FROM runs_attempt
-    WHERE run_id = ANY(%(ids)s::uuid[]) AND scheduled_at BETWEEN %(lo)s AND %(hi)s
-"""
-DELETE_RUNS = """
-    DELETE FROM runs_run
-    WHERE id = ANY(%(ids)s::uuid[]) AND scheduled_at BETWEEN %(lo)s AND %(hi)s
-"""
+DELETE_ATTEMPTS_OF_RUNS = (
+    "DELETE FROM runs_attempt"
+    " WHERE run_id = ANY(%(ids)s::uuid[]) AND scheduled_at BETWEEN %(lo)s AND %(hi)s"
+)
+DELETE_RUNS = (
+    "DELETE FROM runs_run"
+    " WHERE id = ANY(%(ids)s::uuid[]) AND scheduled_at BETWEEN %(lo)s AND %(hi)s"
+)
 
 
 @dataclass
