@@ -213,7 +213,7 @@ def test_two_transactions_cannot_start_two_exclusive_runs_of_a_job(owner):
                         for _ in range(600):
                             cur.execute(
                                 "SELECT count(*) FROM pg_locks"
-                                " WHERE locktype = 'advisory' AND NOT granted"
+                                " WHERE NOT granted"
                             )
                             if cur.fetchone()[0]:
                                 break
