@@ -144,14 +144,22 @@ JOB_IS_LIVE = "AND j.state = 'active' AND j.deleted_at IS NULL"
 # (runs made exclusive still wait for each other after a change to
 # ``allow``). The claim below takes only such runs; the auditor's "stuck
 # waiting" rule (ops/audit.py) flags only such runs.
+#
+# Two NOT EXISTS rather than one with an OR: runs_run is partitioned by day
+# (runs/partitions.py), and each probe visits every day's partition. Split,
+# each is a plain index probe per partition (not two bitmap scans and an OR),
+# and the "waiting since earlier" one skips the days after the run's own.
 ITS_TURN = """
-    ((j.overlap_policy = 'allow' AND NOT r.exclusive) OR NOT EXISTS (
+    ((j.overlap_policy = 'allow' AND NOT r.exclusive) OR (NOT EXISTS (
+        SELECT 1 FROM runs_run AS e
+        WHERE e.job_id = r.job_id AND e.id <> r.id AND e.state = 'running'
+          AND (j.overlap_policy <> 'allow' OR e.exclusive))
+    AND NOT EXISTS (
         SELECT 1 FROM runs_run AS e
         WHERE e.job_id = r.job_id AND e.id <> r.id
           AND (j.overlap_policy <> 'allow' OR e.exclusive)
-          AND (e.state = 'running'
-               OR (e.state IN ('pending', 'retrying')
-                   AND (e.scheduled_at, e.id) < (r.scheduled_at, r.id)))))
+          AND e.state IN ('pending', 'retrying') AND e.scheduled_at <= r.scheduled_at
+          AND (e.scheduled_at, e.id) < (r.scheduled_at, r.id))))
 """
 
 LOCK_RUN_AND_JOB = "FOR UPDATE OF r SKIP LOCKED FOR KEY SHARE OF j SKIP LOCKED"
