@@ -4,6 +4,7 @@ The figures themselves come from full runs on a quiet machine (README)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -81,3 +82,44 @@ def test_bench_refuses_a_database_with_foreign_jobs(owner):
     )
     assert out.returncode != 0
     assert "did not make" in out.stderr
+
+
+def test_history_scenario_compares_the_hot_path_and_the_admin_with_and_without_history():
+    """A tiny history (the figures are meaningless at this size): the JSON
+    shape, every rate measured on both tables, and the admin pages answered."""
+    try:
+        [result] = bench(
+            "history",
+            "--history-runs",
+            "3000",
+            "--due",
+            "40",
+            "--batch-size",
+            "20",
+            "--repeat",
+            "1",
+        )
+        hot = {"dispatch", "claim", "complete"}
+        problems = []
+        if result["scenario"] != "history" or result["params"]["runs"] != 3000:
+            problems.append(f"params: {result['params']}")
+        if result["history"]["runs"] != 3000 or result["history"]["fill_s"] <= 0:
+            problems.append(f"history: {result['history']}")
+        for key in ("rows_per_s_empty", "rows_per_s_history", "ratio_history_to_empty"):
+            if set(result[key]) != hot or not all(v and v > 0 for v in result[key].values()):
+                problems.append(f"{key}: {result[key]}")
+        pages = {"list", "list_failed", "list_late", "list_running", "list_backfill"}
+        if not pages <= set(result["admin_ms_empty"]):
+            problems.append(f"admin_ms_empty: {result['admin_ms_empty']}")
+        if set(result["admin_ms_history"]) != pages | {"list_page_3", "change"}:
+            problems.append(f"admin_ms_history: {result['admin_ms_history']}")
+        if problems:
+            raise AssertionError("; ".join(problems))
+    finally:
+        # The bench made a partition for each past day; leave the schema as
+        # migrate made it.
+        from core.db import db_now
+        from runs import partitions
+
+        today = dt.datetime.combine(db_now().date(), dt.time(), tzinfo=dt.UTC)
+        partitions.drop_expired_days(today)
