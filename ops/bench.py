@@ -688,7 +688,8 @@ HISTORY_RUNS = """
            CASE s.state WHEN 'succeeded' THEN 200 WHEN 'failed' THEN 503 END,
            CASE s.state WHEN 'failed' THEN 'HTTP 503' ELSE '' END, 'webhook', true
     FROM generate_series(0, %(n)s - 1) AS g,
-         LATERAL (SELECT %(day)s::timestamptz + g * %(step)s::float8 * interval '1 microsecond' AS at) AS t,
+         LATERAL (SELECT %(day)s::timestamptz + g * %(step)s::float8 * interval '1 microsecond'
+                  AS at) AS t,
          LATERAL (SELECT CASE WHEN g %% 50 = 1 THEN 'failed' WHEN g %% 100 = 2 THEN 'missed'
                               WHEN g %% 100 = 3 THEN 'skipped' WHEN g %% 200 = 4 THEN 'cancelled'
                               ELSE 'succeeded' END AS state) AS s,
@@ -715,9 +716,7 @@ def fill_history(total: int, days: int = HISTORY_DAYS) -> dict:
     # Not due: they only own the history.
     insert_jobs(HISTORY_JOBS, interval=60, name="bench-history-")
     with connection.cursor() as cur:
-        cur.execute(
-            "SELECT id FROM jobs_job WHERE owner_id = %s ORDER BY id", [bench_owner().pk]
-        )
+        cur.execute("SELECT id FROM jobs_job WHERE owner_id = %s ORDER BY id", [bench_owner().pk])
         jobs = [row[0] for row in cur.fetchall()]
     today = db_now().date()
     first = today - dt.timedelta(days=days)

@@ -257,10 +257,11 @@ UNBOUNDED = {
 
 def window(scheduled: Iterable[dt.datetime | None]) -> dict[str, dt.datetime]:
     """The ``lo``/``hi`` parameters for a batch's scheduled_at values."""
-    known = list(scheduled)
+    known = [at for at in scheduled]
     if not known or any(at is None for at in known):
         return UNBOUNDED
-    return {"lo": min(known), "hi": max(known)}  # type: ignore[type-var]
+    days = [at for at in known if at is not None]
+    return {"lo": min(days), "hi": max(days)}
 
 
 # Worker heartbeat loop and the pull API's heartbeat: one statement for every

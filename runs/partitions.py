@@ -101,9 +101,7 @@ def _create_day(cur, day: dt.date) -> int:
     moved = 0
     for parent, default in TABLES:
         part = partition_name(parent, day)
-        cur.execute(
-            f"CREATE TABLE {part} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
-        )
+        cur.execute(f"CREATE TABLE {part} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)")
         cur.execute(
             f"ALTER TABLE {part} ADD CONSTRAINT {part}_bounds"
             " CHECK (scheduled_at >= %(lo)s AND scheduled_at < %(hi)s)",
@@ -117,8 +115,7 @@ def _create_day(cur, day: dt.date) -> int:
         )
         moved += cur.rowcount
         cur.execute(
-            f"ALTER TABLE {parent} ATTACH PARTITION {part}"
-            " FOR VALUES FROM (%(lo)s) TO (%(hi)s)",
+            f"ALTER TABLE {parent} ATTACH PARTITION {part} FOR VALUES FROM (%(lo)s) TO (%(hi)s)",
             {"lo": lo, "hi": hi},
         )
         cur.execute(f"ALTER TABLE {part} DROP CONSTRAINT {part}_bounds")
@@ -133,7 +130,7 @@ def ensure_partitions(today: dt.date, days_ahead: int = DAYS_AHEAD) -> list[dt.d
     dispatchers doing this at once create each day once.
     """
     wanted = [today + dt.timedelta(days=n) for n in range(days_ahead + 1)]
-    created = []
+    created: list[dt.date] = []
     for day in wanted:
         if day in set(day_partitions()):
             continue

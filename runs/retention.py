@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import connection, transaction
 
@@ -86,7 +87,7 @@ def prune_batch(cutoff: dt.datetime, batch_size: int = DEFAULT_BATCH) -> int:
         # Two plain DELETEs: the collector would load all the rows first and
         # then delete them 100 at a time, which made a batch ten times slower
         # (and the dispatcher's housekeeping runs this between ticks).
-        params = {"ids": ids, "lo": rows[0][1], "hi": rows[-1][1]}
+        params: dict[str, Any] = {"ids": ids, "lo": rows[0][1], "hi": rows[-1][1]}
         with connection.cursor() as cur:
             cur.execute(DELETE_ATTEMPTS_OF_RUNS, params)
             cur.execute(DELETE_RUNS, params)

@@ -211,10 +211,7 @@ def test_two_transactions_cannot_start_two_exclusive_runs_of_a_job(owner):
                     # Commit only once the other transaction is waiting on us.
                     with connection.cursor() as cur:
                         for _ in range(600):
-                            cur.execute(
-                                "SELECT count(*) FROM pg_locks"
-                                " WHERE NOT granted"
-                            )
+                            cur.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
                             if cur.fetchone()[0]:
                                 break
                             cur.execute("SELECT pg_sleep(0.05)")
