@@ -710,7 +710,9 @@ HISTORY_ATTEMPTS = """
 
 def fill_history(total: int, days: int = HISTORY_DAYS) -> dict:
     """``total`` finished runs over the ``days`` days before today, with their
-    attempts, one day (one partition) per statement."""
+    attempts. Each day is written into a table of its own and attached as
+    that day's partition afterwards: building the indexes once over a
+    loaded table is several times faster than growing them row by row."""
     from runs import partitions
 
     # Not due: they only own the history.
@@ -720,34 +722,59 @@ def fill_history(total: int, days: int = HISTORY_DAYS) -> dict:
         jobs = [row[0] for row in cur.fetchall()]
     today = db_now().date()
     first = today - dt.timedelta(days=days)
-    partitions.ensure_partitions(first, days_ahead=days + partitions.DAYS_AHEAD)
+    # Empty days of an earlier run go: each day is made anew below.
+    partitions.drop_expired_days(dt.datetime.combine(today, dt.time(), tzinfo=dt.UTC))
+    partitions.ensure_partitions(today)
     per_day = total // days
     t0 = time.perf_counter()
     for n in range(days):
         day = first + dt.timedelta(days=n)
         count = per_day + (total - per_day * days if n == days - 1 else 0)
+        lo = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+        hi = lo + dt.timedelta(days=1)
         runs = partitions.partition_name("runs_run", day)
+        attempts = partitions.partition_name("runs_attempt", day)
         with transaction.atomic(), connection.cursor() as cur:
+            for parent, part in (("runs_run", runs), ("runs_attempt", attempts)):
+                cur.execute(
+                    f"CREATE TABLE {part} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+                )
             cur.execute(
                 HISTORY_RUNS.format(part=runs),
                 {
                     "jobs": jobs,
                     "njobs": len(jobs),
                     "n": count,
-                    "day": dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC),
+                    "day": lo,
                     "step": 86_400_000_000 // max(count, 1),
                 },
             )
-            cur.execute(
-                HISTORY_ATTEMPTS.format(
-                    attempts=partitions.partition_name("runs_attempt", day), runs=runs
+            cur.execute(HISTORY_ATTEMPTS.format(attempts=attempts, runs=runs))
+            for parent, part in (("runs_run", runs), ("runs_attempt", attempts)):
+                # The CHECK spares ATTACH a scan of the rows; ATTACH builds
+                # the partition's indexes.
+                cur.execute(
+                    f"ALTER TABLE {part} ADD CONSTRAINT {part}_bounds"
+                    " CHECK (scheduled_at >= %(lo)s AND scheduled_at < %(hi)s)",
+                    {"lo": lo, "hi": hi},
                 )
-            )
+                cur.execute(
+                    f"ALTER TABLE {parent} ATTACH PARTITION {part}"
+                    " FOR VALUES FROM (%(lo)s) TO (%(hi)s)",
+                    {"lo": lo, "hi": hi},
+                )
+                cur.execute(f"ALTER TABLE {part} DROP CONSTRAINT {part}_bounds")
+    fill_s = time.perf_counter() - t0
     with connection.cursor() as cur:
         cur.execute("VACUUM (ANALYZE) runs_run")
         cur.execute("VACUUM (ANALYZE) runs_attempt")
         cur.execute("ANALYZE jobs_job")
-    return {"runs": total, "days": days, "fill_s": round(time.perf_counter() - t0, 1)}
+    return {
+        "runs": total,
+        "days": days,
+        "fill_s": round(fill_s, 1),
+        "vacuum_analyze_s": round(time.perf_counter() - t0 - fill_s, 1),
+    }
 
 
 def hot_path(due: int, batch: int, claim_batch: int = 200) -> dict:
