@@ -20,6 +20,11 @@ holds jobs it did not make, unless ``--force``.
   that each job got exactly 100 missed rows and every other fire counted.
 - ``audit``: ``manage.py audit_fires`` over 10,000 jobs and 1,000,000 runs
   (not part of ``all``); seconds per audit.
+- ``history``: dispatch, claim and complete rates (rows/s) and the runs
+  admin's pages (ms) on an empty runs table, then again over
+  ``--history-runs`` finished runs (default 50 million) spread over the past
+  30 days, one daily partition each, with their attempts; and the ratio
+  (not part of ``all``).
 """
 
 from __future__ import annotations
