@@ -74,6 +74,39 @@ def test_housekeeping_creates_the_coming_days_once():
         assert day in partitions.day_partitions("runs_attempt")
 
 
+def test_the_dispatcher_s_housekeeping_makes_the_coming_week_and_drops_expired_days(owner):
+    from dispatch.dispatcher import Dispatcher
+
+    last = today() + partitions.DAYS_AHEAD * DAY
+    old = today() - 45 * DAY
+    assert partitions.ensure_partitions(old, days_ahead=0) == [old]
+    with connection.cursor() as cur:
+        for parent, _ in partitions.TABLES:
+            cur.execute(f"DROP TABLE {partitions.partition_name(parent, last)}")
+    assert last not in partitions.day_partitions()
+
+    Dispatcher().housekeeping()
+
+    for parent, _ in partitions.TABLES:
+        assert last in partitions.day_partitions(parent)
+        assert old not in partitions.day_partitions(parent)
+
+
+def test_prune_runs_drops_the_days_past_retention(owner):
+    import io
+
+    from django.core.management import call_command
+
+    old = today() - 45 * DAY
+    partitions.ensure_partitions(old, days_ahead=0)
+    add_run(make_job(owner), midnight(old) + S, state="succeeded")
+    out = io.StringIO()
+    call_command("prune_runs", "--older-than-days", "30", stdout=out)
+    assert f"dropped 1 days of runs {old}; kept 0" in out.getvalue()
+    assert old not in partitions.day_partitions()
+    assert not Run.objects.exists()
+
+
 def test_a_fire_far_ahead_lands_in_the_default_partition_and_moves_into_its_day(owner):
     job = make_job(owner)
     day = today() + 50 * DAY
