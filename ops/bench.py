@@ -12,7 +12,10 @@ holds jobs it did not make, unless ``--force``.
 - ``e2e``: N interval jobs for D seconds against the loopback receiver (its own
   process), one dispatcher and W workers; deliveries/s, fire lag percentiles
   (delivery start at the receiver minus scheduled_at), duplicate and lost
-  fires from the receiver's log, CPU seconds per process.
+  fires from the receiver's log, CPU seconds per process. gunicorn runs beside
+  them and answers a health probe each second (``--no-web`` leaves it out);
+  ``--receiver plain`` swaps the aiohttp receiver for a hand-written asyncio
+  one that parses each JSON body (ops/plain_receiver.py).
 - ``slow``: K deliveries to a receiver that answers after S seconds, held by W
   workers; the most in flight at once, each worker's peak RSS, completion rate.
 - ``recovery``: N per-minute cron jobs whose next fire was 24 hours ago (a
@@ -34,6 +37,7 @@ import json
 import os
 import platform
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -376,26 +380,69 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-def _start_receiver(tmp: Path) -> tuple[subprocess.Popen, int, Path]:
+RECEIVERS = {
+    # The aiohttp app the process tests use too, logging only what the bench audits.
+    "aiohttp": ["-m", "ops.loopback_receiver", "--lean"],
+    # A hand-written asyncio receiver that parses every JSON body.
+    "plain": ["-m", "ops.plain_receiver"],
+}
+
+
+def _start_receiver(tmp: Path, kind: str = "aiohttp") -> tuple[subprocess.Popen, int, Path]:
     port_file, log = tmp / "receiver.port", tmp / "receiver.jsonl"
     proc = _start(
-        [
-            "-m",
-            "ops.loopback_receiver",
-            "--lean",
-            "--log",
-            str(log),
-            "--port-file",
-            str(port_file),
-        ],
+        [*RECEIVERS[kind], "--log", str(log), "--port-file", str(port_file)],
         tmp / "receiver.out",
     )
+    return proc, _wait_for_port(port_file, proc, "the receiver"), log
+
+
+def _wait_for_port(port_file: Path, proc: subprocess.Popen, what: str) -> int:
     deadline = time.monotonic() + 30
     while not port_file.exists():
         if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError("the receiver did not start")
+            raise RuntimeError(f"{what} did not start")
         time.sleep(0.05)
-    return proc, int(port_file.read_text()), log
+    return int(port_file.read_text())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_web(tmp: Path) -> tuple[subprocess.Popen, int]:
+    """gunicorn as the Procfile runs it (2 processes, 4 threads), on a free port;
+    returns once its health endpoint answers."""
+    import requests
+
+    port = _free_port()
+    proc = _start(
+        [
+            "-m",
+            "gunicorn",
+            "scheduler_site.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "2",
+            "--threads",
+            "4",
+            "--graceful-timeout",
+            "4",
+        ],
+        tmp / "web.out",
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            requests.get(f"http://127.0.0.1:{port}/api/v1/health/", timeout=5)
+            return proc, port
+        except requests.RequestException:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("gunicorn did not start") from None
+            time.sleep(0.1)
 
 
 def _stop(proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -432,14 +479,28 @@ def _parse_iso(text: str) -> float:
 
 
 def scenario_e2e(
-    *, jobs: int, interval: int, duration: float, workers: int, concurrency: int, force: bool
+    *,
+    jobs: int,
+    interval: int,
+    duration: float,
+    workers: int,
+    concurrency: int,
+    receiver: str = "aiohttp",
+    web: bool = True,
+    force: bool,
 ) -> dict:
+    """``jobs`` interval jobs firing every ``interval`` s for ``duration`` s,
+    each fire one POST to a local receiver; gunicorn runs beside them (``web``)
+    and answers a health probe every second, as in a real deployment."""
     from runs.models import Run
 
     reset(force)
     with tempfile.TemporaryDirectory(prefix="punctual-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        receiver, port, log = _start_receiver(tmp)
+        receiver_proc, port, log = _start_receiver(tmp, receiver)
+        web_proc = web_port = None
+        if web:
+            web_proc, web_port = _start_web(tmp)
         insert_jobs(
             jobs, interval=interval, url=f"http://127.0.0.1:{port}/ok", spread=True, overlap="skip"
         )
@@ -452,12 +513,17 @@ def scenario_e2e(
                 ["manage.py", "work", "--concurrency", str(concurrency)], tmp / f"work{k}.out"
             )
         t_stop = t_start + dt.timedelta(seconds=duration)
+        health_ms: list[float] = []
+        next_probe = time.monotonic()
         # The measured window, plus a second so its last fires are dispatched.
         while True:
             with connection.cursor() as cur:
                 cur.execute("SELECT now()")
                 if cur.fetchone()[0] >= t_stop + dt.timedelta(seconds=1):
                     break
+            if web_port and time.monotonic() >= next_probe:
+                next_probe += 1
+                health_ms.append(_probe_ms(f"http://127.0.0.1:{web_port}/api/v1/health/"))
             time.sleep(0.2)
         cpu = {"receiver": 0.0}
         cpu["dispatcher"] = _cpu_seconds(procs["dispatcher"].pid)
@@ -474,8 +540,11 @@ def scenario_e2e(
             if name.startswith("worker"):
                 cpu[name] = _cpu_seconds(proc.pid)
                 _stop(proc)
-        cpu["receiver"] = _cpu_seconds(receiver.pid)
-        _stop(receiver)
+        cpu["receiver"] = _cpu_seconds(receiver_proc.pid)
+        _stop(receiver_proc)
+        if web_proc is not None:
+            cpu["web"] = _cpu_seconds(web_proc.pid) + _children_cpu_seconds(web_proc.pid)
+            _stop(web_proc)
         entries = _receiver_log(log)
 
     t0, t1 = t_start.timestamp(), t_stop.timestamp()
@@ -516,7 +585,34 @@ def scenario_e2e(
         "lost_fires": lost,
         "skipped_overlap": states.get("skipped", 0),
         "cpu_seconds": {k: round(v, 1) for k, v in cpu.items()},
+        "health_ms": {
+            "p50": round(_percentile(health_ms, 0.50), 1),
+            "max": round(max(health_ms, default=0.0), 1),
+        },
     }
+
+
+def _probe_ms(url: str) -> float:
+    import requests
+
+    t0 = time.monotonic()
+    try:
+        requests.get(url, timeout=10)
+    except requests.RequestException:
+        pass
+    return (time.monotonic() - t0) * 1000
+
+
+def _children_cpu_seconds(pid: int) -> float:
+    """CPU of a process's live children (gunicorn's worker processes)."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        total += sum(_cpu_seconds(int(c)) for c in children)
+    return total
 
 
 def scenario_slow(*, inflight: int, delay: float, workers: int, force: bool) -> dict:

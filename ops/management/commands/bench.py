@@ -28,6 +28,13 @@ class Command(BaseCommand):
         parser.add_argument("--duration", type=float, default=60, help="e2e: seconds measured")
         parser.add_argument("--workers", type=int, help="e2e: 1 worker; slow: 2 workers")
         parser.add_argument("--concurrency", type=int, default=500, help="e2e worker concurrency")
+        parser.add_argument(
+            "--receiver",
+            choices=("aiohttp", "plain"),
+            default="aiohttp",
+            help="e2e: the aiohttp receiver, or a plain asyncio one that parses each JSON body",
+        )
+        parser.add_argument("--no-web", action="store_true", help="e2e: without gunicorn")
         parser.add_argument("--inflight", type=int, default=4000, help="slow: deliveries")
         parser.add_argument("--delay", type=float, default=2.0, help="slow: receiver seconds")
         parser.add_argument(
@@ -80,6 +87,8 @@ class Command(BaseCommand):
                 "duration": o["duration"],
                 "workers": o["workers"] or 1,
                 "concurrency": o["concurrency"],
+                "receiver": o["receiver"],
+                "web": not o["no_web"],
             }
             return params, bench.scenario_e2e(**params, force=o["force"])
         if scenario == "audit":
