@@ -151,19 +151,30 @@ def ensure_partitions(today: dt.date, days_ahead: int = DAYS_AHEAD) -> list[dt.d
     return created
 
 
+def _has_active_runs(day: dt.date) -> bool:
+    with connection.cursor() as cur:
+        cur.execute(DAY_HAS_ACTIVE_RUNS.format(part=partition_name("runs_run", day)))
+        return bool(cur.fetchone()[0])
+
+
 def drop_expired_days(cutoff: dt.datetime) -> tuple[list[dt.date], list[dt.date]]:
     """Drop the day partitions (runs and attempts) whose whole day is before
     ``cutoff``; returns (days dropped, days kept because a run is active).
 
     Each day is one short transaction that locks both parent tables (runs
-    first) and then checks for active runs: with the lock held, no run of
-    that day can be retried or claimed in between.
+    first) and then checks again for active runs: with the lock held, no run
+    of that day can be retried or claimed in between.
     """
     dropped: list[dt.date] = []
     kept: list[dt.date] = []
     for day in day_partitions():
         if dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC) > cutoff:
             break
+        # First without the lock: a day kept for an unfinished run is looked
+        # at every round, and must not take the tables' lock every time.
+        if _has_active_runs(day):
+            kept.append(day)
+            continue
         try:
             with transaction.atomic(), connection.cursor() as cur:
                 _lock_for_change(cur)
