@@ -20,6 +20,7 @@
 ``run_once()`` ticks until the due set is drained (beating its fleet row
 between ticks when a beat is due), then does housekeeping: heartbeat,
 ``resume_at`` auto-resumes, failing runs whose last lease expired,
+creating the coming days' run partitions, dropping the days past retention,
 and a small batch of retention pruning. ``run_forever()`` sleeps until the
 earliest next fire (capped at MAX_SLEEP) between rounds, so fires don't wait
 on a fixed poll.
@@ -60,6 +61,9 @@ MIN_SLEEP = 0.02
 HEARTBEAT_EVERY = 2.0
 LAG_SAMPLE_EVERY = 10.0
 HOUSEKEEPING_EVERY = 5.0
+# Creating the coming days' partitions and dropping expired days
+# (runs/partitions.py): cheap to check, but no need to every round.
+PARTITIONS_EVERY = 60.0
 PRUNE_BATCH = 1000
 PRUNE_BUDGET = 0.5
 # A round that fails for another reason than the database being away waits
@@ -110,6 +114,7 @@ class Dispatcher:
         self._next_beat = 0.0
         self._next_sample = 0.0
         self._next_housekeeping = 0.0
+        self._next_partitions = 0.0
         # How many jobs the planned path locks per batch: batch_size, or
         # fewer while a recovery writes many rows per job (ROW_BUDGET).
         self._planned_limit = batch_size
@@ -295,16 +300,25 @@ class Dispatcher:
             log.info("auto-resumed", extra={"job_id": str(job.pk)})
 
     def _reap_and_prune(self) -> None:
-        from runs import outcomes, retention
+        from runs import outcomes, partitions, retention
 
         now = queries.db_now()
         outcomes.cancel_stopped(now)
         outcomes.fail_exhausted(now)
         cutoff = now - dt.timedelta(days=settings.PUNCTUAL_RUN_RETENTION_DAYS)
-        # Keep up with the fire rate (2k fires/s is 10k runs per round), but
-        # never spend more than PRUNE_BUDGET seconds away from dispatching.
+        mono = time.monotonic()
+        if mono >= self._next_partitions:
+            self._next_partitions = mono + PARTITIONS_EVERY
+            # Today's and the coming days' partitions exist before their
+            # fires; days wholly past retention are dropped whole.
+            partitions.ensure_partitions(now.astimezone(dt.UTC).date())
+            partitions.drop_expired_days(cutoff)
+        # What is left past retention (the default partition, days kept for
+        # an unfinished run) goes row by row: never more than PRUNE_BUDGET
+        # seconds away from dispatching.
         budget_end = time.monotonic() + PRUNE_BUDGET
-        while retention.prune_batch(cutoff, PRUNE_BATCH) == PRUNE_BATCH:
+        rows_before = retention.row_cutoff(cutoff)
+        while retention.prune_batch(rows_before, PRUNE_BATCH) == PRUNE_BATCH:
             if time.monotonic() > budget_end or self.stopping.is_set():
                 break
         fleet.prune(now)

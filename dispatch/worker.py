@@ -111,6 +111,7 @@ def decide(
         error=result.excerpt[:500] if succeeded else (result.error or result.excerpt),
         started_at=started_at,
         duration_ms=result.duration_ms,
+        scheduled_at=claimed.scheduled_at,
         **asdict(decision),
     )
 
@@ -370,7 +371,8 @@ class Worker:
         pairs = list(self.held)
         if not pairs:
             return
-        kept = await self._db(leases.heartbeat, self.name, pairs)
+        scheduled = [self.held[p].claimed.scheduled_at for p in pairs]
+        kept = await self._db(leases.heartbeat, self.name, pairs, scheduled=scheduled)
         for run_id, attempt in pairs:
             if run_id not in kept and (run_id, attempt) in self.held:
                 lost = self.held.pop((run_id, attempt))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +86,7 @@ _TAKE = """
         started_at = coalesce(r.started_at, %(now)s),
         lag_seconds = coalesce(r.lag_seconds, extract(epoch FROM %(now)s - r.scheduled_at))
     FROM c, jobs_job AS j
-    WHERE r.id = c.id AND j.id = r.job_id
+    WHERE r.id = c.id AND r.scheduled_at = c.scheduled_at AND j.id = r.job_id
 """
 
 
@@ -98,10 +99,10 @@ def record_lost_attempts(outcome: str, error: str) -> str:
     return f"""
     ), lost AS (
         INSERT INTO runs_attempt
-            (run_id, number, worker, started_at, finished_at, outcome, error)
-        SELECT r.id, r.attempt, r.lease_owner, r.attempt_started_at, %(now)s,
+            (run_id, scheduled_at, number, worker, started_at, finished_at, outcome, error)
+        SELECT r.id, r.scheduled_at, r.attempt, r.lease_owner, r.attempt_started_at, %(now)s,
                '{outcome}', '{error}'
-        FROM runs_run AS r JOIN c ON c.id = r.id
+        FROM runs_run AS r JOIN c ON c.id = r.id AND c.scheduled_at = r.scheduled_at
         WHERE r.state = 'running'
         ON CONFLICT DO NOTHING
     )
@@ -144,14 +145,22 @@ JOB_IS_LIVE = "AND j.state = 'active' AND j.deleted_at IS NULL"
 # (runs made exclusive still wait for each other after a change to
 # ``allow``). The claim below takes only such runs; the auditor's "stuck
 # waiting" rule (ops/audit.py) flags only such runs.
+#
+# Two NOT EXISTS rather than one with an OR: runs_run is partitioned by day
+# (runs/partitions.py), and each probe visits every day's partition. Split,
+# each is a plain index probe per partition (not two bitmap scans and an OR),
+# and the "waiting since earlier" one skips the days after the run's own.
 ITS_TURN = """
-    ((j.overlap_policy = 'allow' AND NOT r.exclusive) OR NOT EXISTS (
+    ((j.overlap_policy = 'allow' AND NOT r.exclusive) OR (NOT EXISTS (
+        SELECT 1 FROM runs_run AS e
+        WHERE e.job_id = r.job_id AND e.id <> r.id AND e.state = 'running'
+          AND (j.overlap_policy <> 'allow' OR e.exclusive))
+    AND NOT EXISTS (
         SELECT 1 FROM runs_run AS e
         WHERE e.job_id = r.job_id AND e.id <> r.id
           AND (j.overlap_policy <> 'allow' OR e.exclusive)
-          AND (e.state = 'running'
-               OR (e.state IN ('pending', 'retrying')
-                   AND (e.scheduled_at, e.id) < (r.scheduled_at, r.id)))))
+          AND e.state IN ('pending', 'retrying') AND e.scheduled_at <= r.scheduled_at
+          AND (e.scheduled_at, e.id) < (r.scheduled_at, r.id))))
 """
 
 LOCK_RUN_AND_JOB = "FOR UPDATE OF r SKIP LOCKED FOR KEY SHARE OF j SKIP LOCKED"
@@ -166,7 +175,7 @@ LOCK_RUN_AND_JOB = "FOR UPDATE OF r SKIP LOCKED FOR KEY SHARE OF j SKIP LOCKED"
 CLAIM_EXPIRED = (
     """
     WITH c AS (
-        SELECT r.id FROM runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id
+        SELECT r.id, r.scheduled_at FROM runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id
         WHERE r.state = 'running' AND r.target_kind = %(target)s
           AND r.lease_until < %(now)s AND r.attempt < r.max_attempts {scope}
           """
@@ -196,7 +205,7 @@ CLAIM_EXPIRED = (
 CLAIM_WAITING = (
     """
     WITH c AS (
-        SELECT r.id FROM runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id
+        SELECT r.id, r.scheduled_at FROM runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id
         WHERE r.state IN ('pending', 'retrying') AND r.target_kind = %(target)s
           AND r.available_at <= %(now)s {scope}
           """
@@ -234,6 +243,28 @@ LEASE_HELD = """
     AND r.deadline_at >= %(now)s
 """
 
+# Partition pruning for the statements that find runs by id (HEARTBEAT, and
+# COMPLETE in runs/outcomes.py): runs_run is partitioned by day on
+# scheduled_at (runs/partitions.py), and a lookup by id alone probes every
+# day's partition. ``scheduled_at BETWEEN %(lo)s AND %(hi)s``, the earliest
+# and latest scheduled_at of the batch (the claim returned them), lets the
+# planner keep only the days the batch spans. Unknown (a caller that did not
+# say), the window is unbounded and every partition is probed, as before.
+UNBOUNDED = {
+    "lo": dt.datetime.min.replace(tzinfo=dt.UTC),
+    "hi": dt.datetime.max.replace(tzinfo=dt.UTC),
+}
+
+
+def window(scheduled: Iterable[dt.datetime | None]) -> dict[str, dt.datetime]:
+    """The ``lo``/``hi`` parameters for a batch's scheduled_at values."""
+    known = [at for at in scheduled]
+    if not known or any(at is None for at in known):
+        return UNBOUNDED
+    days = [at for at in known if at is not None]
+    return {"lo": min(days), "hi": max(days)}
+
+
 # Worker heartbeat loop and the pull API's heartbeat: one statement for every
 # lease the process holds, fenced by LEASE_HELD. Never past the deadline, so a
 # wedged worker that keeps heartbeating still loses the run.
@@ -242,7 +273,7 @@ HEARTBEAT = (
     UPDATE runs_run AS r SET lease_until = least(
         %(now)s + make_interval(secs => coalesce(%(lease)s, r.lease_seconds)), r.deadline_at)
     FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS h(id, attempt)
-    WHERE r.id = h.id AND"""
+    WHERE r.id = h.id AND r.scheduled_at BETWEEN %(lo)s AND %(hi)s AND"""
     + LEASE_HELD.format(attempt="h.attempt")
     + """
     RETURNING r.id, r.lease_until
@@ -261,11 +292,11 @@ RELEASE = """
         FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS h(id, attempt)
         WHERE r.id = h.id AND r.attempt = h.attempt
           AND r.state = 'running' AND r.lease_owner = %(owner)s
-        RETURNING r.id, r.attempt, r.attempt_started_at
+        RETURNING r.id, r.scheduled_at, r.attempt, r.attempt_started_at
     ), recorded AS (
         INSERT INTO runs_attempt
-            (run_id, number, worker, started_at, finished_at, outcome, error)
-        SELECT id, attempt, %(owner)s, attempt_started_at, %(now)s, 'interrupted',
+            (run_id, scheduled_at, number, worker, started_at, finished_at, outcome, error)
+        SELECT id, scheduled_at, attempt, %(owner)s, attempt_started_at, %(now)s, 'interrupted',
                'interrupted: the worker stopped before the delivery finished'
         FROM released
         ON CONFLICT DO NOTHING
@@ -351,9 +382,11 @@ def heartbeat(
     *,
     lease_seconds: int | None = None,
     now: dt.datetime | None = None,
+    scheduled: Iterable[dt.datetime] | None = None,
 ) -> dict[uuid.UUID, dt.datetime]:
     """Extend every lease in ``held`` ((run_id, attempt) pairs) in one statement.
 
+    ``scheduled``: the held runs' scheduled_at, if known (see ``window``).
     Returns the new ``lease_until`` of each lease still held; a pair missing
     from the answer was lost.
     """
@@ -368,6 +401,7 @@ def heartbeat(
                 "owner": owner,
                 "ids": [h[0] for h in held],
                 "attempts": [h[1] for h in held],
+                **(window(scheduled) if scheduled is not None else UNBOUNDED),
             },
         )
         return {row["id"]: row["lease_until"] for row in cur.fetchall()}

@@ -146,6 +146,9 @@ class RunQuerySet(models.QuerySet["Run"]):
 
 
 class Run(models.Model):
+    # The table is partitioned by day on scheduled_at (runs/partitions.py):
+    # its primary key in the database is (id, scheduled_at). Django's pk is
+    # id alone, which is unique anyway: it is the fire's uuid5.
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # No database-level foreign key: on the dispatcher's insert path the
     # per-row referential check (and the KEY SHARE lock it takes on the job
@@ -196,13 +199,13 @@ class Run(models.Model):
         constraints = [
             # One fire, one run (README "What it guarantees"): a second dispatcher's insert
             # of the same fire becomes ON CONFLICT DO NOTHING.
+            # It includes scheduled_at, the partition key (runs/partitions.py),
+            # so it holds across the daily partitions.
             models.UniqueConstraint(fields=["job", "scheduled_at"], name="run_one_per_fire"),
-            # Under overlap skip/queue at most one run of a job is running.
-            models.UniqueConstraint(
-                fields=["job"],
-                condition=Q(state="running", exclusive=True),
-                name="run_one_running_per_exclusive_job",
-            ),
+            # Under overlap skip/queue at most one run of a job is running: a
+            # partial unique index cannot say it across partitions, so the
+            # trigger run_one_running_per_exclusive_job does (migration 0006),
+            # failing the write with a unique violation of that name.
         ]
         indexes = [
             # The worker's claim query (runs/leases.py CLAIM_WAITING): due waiting
@@ -285,7 +288,21 @@ class Attempt(models.Model):
         # worker while the job was paused or deleted: the run was cancelled.
         INTERRUPTED = "interrupted", "Interrupted (worker stopped)"
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    # No foreign key in the database: one into the partitioned runs table
+    # would have to name (run_id, scheduled_at), and would make dropping a
+    # day's partitions check every attempt. Attempts are written only by
+    # statements that read their run (runs/leases.py, runs/outcomes.py), and
+    # deleting runs through the ORM still cascades to them.
+    run = models.ForeignKey(
+        Run,
+        on_delete=models.CASCADE,
+        related_name="attempts",
+        db_constraint=False,
+        db_index=False,
+    )
+    # A copy of the run's, the partition key: a day's attempts live in the
+    # same day's partition as their runs, and are dropped with them.
+    scheduled_at = models.DateTimeField()
     number = models.PositiveIntegerField()
     worker = models.CharField(max_length=200, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)
@@ -298,11 +315,20 @@ class Attempt(models.Model):
     class Meta:
         ordering = ["run", "number"]
         constraints = [
-            models.UniqueConstraint(fields=["run", "number"], name="attempt_unique_number"),
+            # (run, number) unique; scheduled_at follows from the run, and a
+            # unique key of a partitioned table must include it.
+            models.UniqueConstraint(
+                fields=["run", "number", "scheduled_at"], name="attempt_unique_number"
+            ),
         ]
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.run_id}: {self.outcome}"
+
+    def save(self, *args, **kwargs):
+        if self.scheduled_at is None and self.run_id is not None:
+            self.scheduled_at = self.run.scheduled_at
+        super().save(*args, **kwargs)
 
 
 class DeliveryStat(models.Model):

@@ -26,7 +26,13 @@ from django.db import transaction
 from core.db import db_now, dict_cursor
 from runs import notify, stats
 from runs.after_attempt import FAILED, RETRYING, SUCCEEDED, pause_after_streak
-from runs.leases import JOB_IS_LIVE, LEASE_HELD, RECORD_LOST_ATTEMPTS, record_lost_attempts
+from runs.leases import (
+    JOB_IS_LIVE,
+    LEASE_HELD,
+    RECORD_LOST_ATTEMPTS,
+    record_lost_attempts,
+    window,
+)
 
 log = logging.getLogger("punctual.leases")
 
@@ -47,6 +53,9 @@ class Result:
     duration_ms: int | None = None
     attempt_outcome: str = "succeeded"  # Attempt.Outcome value
     pause_note: str = ""  # not empty: pause the job (e.g. the target answered 410)
+    # The run's, when the caller knows it (the claim returned it): it lets
+    # COMPLETE look in the days of its batch only (runs/leases.py WINDOW).
+    scheduled_at: dt.datetime | None = None
 
 
 @dataclass
@@ -81,6 +90,7 @@ COMPLETE = (
                      AND (j.state <> 'active' OR j.deleted_at IS NOT NULL)) AS cancel,
                j.deleted_at IS NOT NULL AS deleted
         FROM v JOIN runs_run AS r0 ON r0.id = v.id JOIN jobs_job AS j ON j.id = r0.job_id
+        WHERE r0.scheduled_at BETWEEN %(lo)s AND %(hi)s
     )
     UPDATE runs_run AS r SET
         state = CASE WHEN w.cancel THEN 'cancelled' ELSE w.state END,
@@ -94,10 +104,10 @@ COMPLETE = (
         last_status_code = w.status_code,
         last_error = w.error
     FROM w
-    WHERE r.id = w.id AND"""
+    WHERE r.id = w.id AND r.scheduled_at BETWEEN %(lo)s AND %(hi)s AND"""
     + LEASE_HELD.format(attempt="w.attempt")
     + """
-    RETURNING r.id
+    RETURNING r.id, r.scheduled_at
 """
 )
 
@@ -123,14 +133,15 @@ LOCK_RETRYING_JOBS = """
 # after a lost commit acknowledgement) into a no-op.
 INSERT_ATTEMPTS = """
     INSERT INTO runs_attempt
-        (run_id, number, worker, started_at, finished_at, outcome, status_code,
-         duration_ms, error)
-    SELECT a.run_id, a.number, %(owner)s, a.started_at, %(now)s, a.outcome,
+        (run_id, scheduled_at, number, worker, started_at, finished_at, outcome,
+         status_code, duration_ms, error)
+    SELECT a.run_id, a.scheduled_at, a.number, %(owner)s, a.started_at, %(now)s, a.outcome,
            a.status_code, a.duration_ms, a.error
-    FROM unnest(%(ids)s::uuid[], %(numbers)s::int[], %(started)s::timestamptz[],
-                %(outcomes)s::text[], %(codes)s::int[], %(durations)s::int[],
-                %(errors)s::text[])
-         AS a(run_id, number, started_at, outcome, status_code, duration_ms, error)
+    FROM unnest(%(ids)s::uuid[], %(scheduled)s::timestamptz[], %(numbers)s::int[],
+                %(started)s::timestamptz[], %(outcomes)s::text[], %(codes)s::int[],
+                %(durations)s::int[], %(errors)s::text[])
+         AS a(run_id, scheduled_at, number, started_at, outcome, status_code, duration_ms,
+              error)
     ON CONFLICT DO NOTHING
 """
 
@@ -158,7 +169,7 @@ JOB_STREAKS = """
 FAIL_EXHAUSTED = (
     """
     WITH c AS (
-        SELECT r.id FROM runs_run AS r
+        SELECT r.id, r.scheduled_at FROM runs_run AS r
         WHERE r.state = 'running' AND r.lease_until < %(now)s
           AND r.attempt >= r.max_attempts
           AND EXISTS (SELECT 1 FROM jobs_job AS j WHERE j.id = r.job_id """
@@ -171,7 +182,7 @@ FAIL_EXHAUSTED = (
     UPDATE runs_run AS r SET state = 'failed', reason = %(reason)s, finished_at = %(now)s,
         lease_owner = '', lease_until = NULL, available_at = NULL,
         last_error = 'lease expired on the last attempt'
-    FROM c WHERE r.id = c.id
+    FROM c WHERE r.id = c.id AND r.scheduled_at = c.scheduled_at
     RETURNING r.id, r.job_id, r.attempt
 """
 )
@@ -193,7 +204,8 @@ FAIL_EXHAUSTED = (
 CANCEL_STOPPED = (
     """
     WITH c AS (
-        SELECT r.id, CASE WHEN j.deleted_at IS NULL THEN 'paused' ELSE 'deleted' END AS reason
+        SELECT r.id, r.scheduled_at,
+               CASE WHEN j.deleted_at IS NULL THEN 'paused' ELSE 'deleted' END AS reason
         FROM runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id
         WHERE r.state IN ('pending', 'running', 'retrying')
           AND (j.state <> 'active' OR j.deleted_at IS NOT NULL)
@@ -208,7 +220,7 @@ CANCEL_STOPPED = (
     + """
     UPDATE runs_run AS r SET state = 'cancelled', reason = c.reason, finished_at = %(now)s,
         lease_owner = '', lease_until = NULL, available_at = NULL
-    FROM c WHERE r.id = c.id
+    FROM c WHERE r.id = c.id AND r.scheduled_at = c.scheduled_at
     RETURNING r.id, r.job_id, r.reason
 """
 )
@@ -251,16 +263,17 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
                     "codes": [r.status_code for r in results],
                     "errors": [r.error[:2000] for r in results],
                     "reasons": [r.reason for r in results],
+                    **window(r.scheduled_at for r in results),
                 },
             )
-            applied = {row["id"] for row in cur.fetchall()}
+            applied = {row["id"]: row["scheduled_at"] for row in cur.fetchall()}
         done.applied = [r.run_id for r in results if r.run_id in applied]
         done.stale = [r.run_id for r in results if r.run_id not in applied]
         if any(by_id[i].state == RETRYING and by_id[i].retry_in <= 0 for i in done.applied):
             # A retry due at once; later ones are the writer's timers
             # (dispatch/wakeup.py) or the safety poll's.
             notify.runs_claimable("retry")
-        _insert_attempts(owner, [by_id[i] for i in done.applied], now)
+        _insert_attempts(owner, [by_id[i] for i in done.applied], applied, now)
         done.pauses = _pause(_update_streaks([by_id[i] for i in done.applied]), now)
         # Last in the transaction: the counter rows are shared by the workers
         # of one shard, so their row locks are held only until the commit.
@@ -274,7 +287,9 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
     return done
 
 
-def _insert_attempts(owner: str, results: list[Result], now: dt.datetime) -> None:
+def _insert_attempts(
+    owner: str, results: list[Result], scheduled: dict[uuid.UUID, dt.datetime], now: dt.datetime
+) -> None:
     if not results:
         return
     with dict_cursor() as cur:
@@ -284,6 +299,7 @@ def _insert_attempts(owner: str, results: list[Result], now: dt.datetime) -> Non
                 "owner": owner,
                 "now": now,
                 "ids": [r.run_id for r in results],
+                "scheduled": [scheduled[r.run_id] for r in results],
                 "numbers": [r.attempt for r in results],
                 "started": [r.started_at for r in results],
                 "outcomes": [r.attempt_outcome for r in results],

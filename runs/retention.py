@@ -1,26 +1,64 @@
-"""Retention: delete finished runs older than the retention window, in batches.
+"""Retention: runs older than the retention window go, a whole day at a time.
 
-Each batch is its own short transaction, so pruning 200,000 rows never holds
-one long transaction (which would hold back vacuum on the hot tables). Only
-terminal runs go: a run that is still pending, running or retrying is kept
-however old it is. Used by ``manage.py prune_runs`` and, one batch at a time,
-by the dispatcher's housekeeping.
+``runs_run`` and ``runs_attempt`` are partitioned by day (runs/partitions.py).
+``expire()`` first drops the day partitions (runs and attempts together)
+whose whole UTC day is older than the cutoff: a DETACH and a DROP, however
+many rows the day holds. A day that still holds a pending, running or
+retrying run is kept, and its finished runs are deleted row by row, as are
+old finished runs in the default partition (a backfill far in the past). A
+run that is still pending, running or retrying is never deleted, however old.
+
+So a run in a day partition lives until its whole day is past the cutoff:
+up to a day longer than the retention window. ``row_cutoff()`` is that rule
+for the row deletes: they never eat into a day that will be dropped whole.
+
+Each batch of row deletes, and each day dropped, is its own short
+transaction, so pruning never holds back vacuum. Used by ``manage.py
+prune_runs`` and by the dispatchers' housekeeping.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import connection, transaction
 
+from runs import partitions
 from runs.models import TERMINAL_STATES, Attempt, Run
 
 DEFAULT_BATCH = 1000
 
 # prune_batch, for the runs it has locked: their attempts first, then the runs.
-DELETE_ATTEMPTS_OF_RUNS = "DELETE FROM runs_attempt WHERE run_id = ANY(%(ids)s::uuid[])"
-DELETE_RUNS = "DELETE FROM runs_run WHERE id = ANY(%(ids)s::uuid[])"
+# The scheduled_at window of the batch keeps both to the days it spans
+# (partition pruning) instead of probing every day's partition by id.
+DELETE_ATTEMPTS_OF_RUNS = (
+    "DELETE FROM runs_attempt"
+    " WHERE run_id = ANY(%(ids)s::uuid[]) AND scheduled_at BETWEEN %(lo)s AND %(hi)s"
+)
+DELETE_RUNS = (
+    "DELETE FROM runs_run"
+    " WHERE id = ANY(%(ids)s::uuid[]) AND scheduled_at BETWEEN %(lo)s AND %(hi)s"
+)
+
+
+@dataclass
+class Expired:
+    runs_deleted: int = 0
+    days_dropped: list[dt.date] = field(default_factory=list)
+    # Days past the cutoff kept because a run of theirs is not finished.
+    days_kept: list[dt.date] = field(default_factory=list)
+
+
+def row_cutoff(cutoff: dt.datetime) -> dt.datetime:
+    """Where row deletes stop: ``cutoff``, or the start of its UTC day when
+    that day has a partition, which is dropped whole once the day is past."""
+    day = cutoff.astimezone(dt.UTC).date()
+    if day in set(partitions.day_partitions()):
+        return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+    return cutoff
 
 
 def prune_batch(cutoff: dt.datetime, batch_size: int = DEFAULT_BATCH) -> int:
@@ -31,14 +69,15 @@ def prune_batch(cutoff: dt.datetime, batch_size: int = DEFAULT_BATCH) -> int:
     batches instead of queueing on each other's rows.
     """
     with transaction.atomic():
-        ids = list(
+        rows = list(
             Run.objects.filter(scheduled_at__lt=cutoff, state__in=TERMINAL_STATES)
             .order_by("scheduled_at")
             .select_for_update(skip_locked=True)
-            .values_list("id", flat=True)[:batch_size]
+            .values_list("id", "scheduled_at")[:batch_size]
         )
-        if not ids:
+        if not rows:
             return 0
+        ids = [row[0] for row in rows]
         if not _only_attempts_refer_to_runs():
             # Another model points at runs: let the ORM's collector apply its
             # on_delete rules (slower: it loads the rows and deletes in chunks).
@@ -48,9 +87,10 @@ def prune_batch(cutoff: dt.datetime, batch_size: int = DEFAULT_BATCH) -> int:
         # Two plain DELETEs: the collector would load all the rows first and
         # then delete them 100 at a time, which made a batch ten times slower
         # (and the dispatcher's housekeeping runs this between ticks).
+        params: dict[str, Any] = {"ids": ids, "lo": rows[0][1], "hi": rows[-1][1]}
         with connection.cursor() as cur:
-            cur.execute(DELETE_ATTEMPTS_OF_RUNS, {"ids": ids})
-            cur.execute(DELETE_RUNS, {"ids": ids})
+            cur.execute(DELETE_ATTEMPTS_OF_RUNS, params)
+            cur.execute(DELETE_RUNS, params)
             return cur.rowcount
 
 
@@ -76,3 +116,25 @@ def prune(
             on_batch(n)
         if n < batch_size:
             return total
+
+
+def expire(
+    cutoff: dt.datetime,
+    batch_size: int = DEFAULT_BATCH,
+    on_batch: Callable[[int], None] | None = None,
+    keep_going: Callable[[], bool] = lambda: True,
+) -> Expired:
+    """Everything retention does for ``cutoff``: drop the days past it, then
+    delete the finished runs left before ``row_cutoff(cutoff)`` in batches,
+    while ``keep_going()`` says so (the dispatcher bounds its time)."""
+    done = Expired()
+    done.days_dropped, done.days_kept = partitions.drop_expired_days(cutoff)
+    rows_before = row_cutoff(cutoff)
+    while keep_going():
+        n = prune_batch(rows_before, batch_size)
+        done.runs_deleted += n
+        if n and on_batch is not None:
+            on_batch(n)
+        if n < batch_size:
+            break
+    return done

@@ -161,7 +161,10 @@ class RunViewSet(ApiViewMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
         data = body.validated_data
         owner = self._lease_owner(request, run, data.get("worker"))
         kept = leases.heartbeat(
-            owner, [(run.pk, data["attempt"])], lease_seconds=data.get("lease_seconds")
+            owner,
+            [(run.pk, data["attempt"])],
+            lease_seconds=data.get("lease_seconds"),
+            scheduled=[run.scheduled_at],
         )
         if run.pk not in kept:
             raise Conflict(LEASE_LOST)
@@ -225,6 +228,7 @@ def _result(run: Run, data: dict, now: dt.datetime) -> outcomes.Result:
         error=data["error"][:2000],
         started_at=started,
         duration_ms=max(0, int((now - started).total_seconds() * 1000)) if started else None,
+        scheduled_at=run.scheduled_at,
         **asdict(decision),
     )
 

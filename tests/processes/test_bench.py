@@ -7,6 +7,7 @@ suite is run."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -153,3 +154,42 @@ def test_idle_scenario_counts_the_database_and_times_every_wake_up(listen):
     expect(set(result["wakeup_ms"]) == {"p50", "p95", "max"})
     expect(result["wakeups"] == 3)
     expect({"statements_per_s", "claims_begun_before_commit"} <= set(result))
+
+
+def test_history_scenario_compares_the_hot_path_and_the_admin_with_and_without_history():
+    """A tiny history (the figures are meaningless at this size): the JSON
+    shape, every rate measured on both tables, and the admin pages answered."""
+    try:
+        [result] = bench(
+            "history",
+            "--history-runs",
+            "3000",
+            "--due",
+            "40",
+            "--batch-size",
+            "20",
+            "--repeat",
+            "1",
+        )
+        hot = {"dispatch", "claim", "complete"}
+        expect(result["scenario"] == "history", result["scenario"])
+        expect(result["params"]["runs"] == 3000, f"params: {result['params']}")
+        expect(result["history"]["runs"] == 3000, f"history: {result['history']}")
+        expect(result["history"]["fill_s"] > 0, f"history: {result['history']}")
+        for key in ("rows_per_s_empty", "rows_per_s_history", "ratio_history_to_empty"):
+            expect(set(result[key]) == hot, f"{key}: {result[key]}")
+            expect(all(v and v > 0 for v in result[key].values()), f"{key}: {result[key]}")
+        pages = {"list", "list_failed", "list_late", "list_running", "list_backfill"}
+        expect(pages <= set(result["admin_ms_empty"]), f"{result['admin_ms_empty']}")
+        expect(
+            set(result["admin_ms_history"]) == pages | {"list_page_3", "change"},
+            f"{result['admin_ms_history']}",
+        )
+    finally:
+        # The bench made a partition for each past day; leave the schema as
+        # migrate made it.
+        from core.db import db_now
+        from runs import partitions
+
+        today = dt.datetime.combine(db_now().date(), dt.time(), tzinfo=dt.UTC)
+        partitions.drop_expired_days(today)

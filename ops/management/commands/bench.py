@@ -8,7 +8,18 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ops import bench
 
-SCENARIOS = ("dispatch", "scale", "e2e", "slow", "recovery", "create", "audit", "idle", "all")
+SCENARIOS = (
+    "dispatch",
+    "scale",
+    "e2e",
+    "slow",
+    "recovery",
+    "create",
+    "audit",
+    "idle",
+    "history",
+    "all",
+)
 
 
 class Command(BaseCommand):
@@ -49,6 +60,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--bulk-size", type=int, default=1000, help="create: jobs per bulk request (<= 1000)"
         )
+        parser.add_argument(
+            "--history-runs",
+            type=int,
+            default=50_000_000,
+            help="history: finished runs of history over 30 days (default %(default)s)",
+        )
         parser.add_argument("--force", action="store_true", help="run beside foreign jobs")
 
     def handle(self, *args, **o):
@@ -64,9 +81,10 @@ class Command(BaseCommand):
             "clients",
             "batches",
             "bulk_size",
+            "history_runs",
         ):
             if o.get(name) is not None and o[name] < 1:
-                raise CommandError(f"--{name} must be at least 1")
+                raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
         if o["scenario"] == "drain":  # one of the two dispatchers of `dispatch`
             self.stdout.write(json.dumps(bench.drain(o["batch_size"])))
             return
@@ -78,8 +96,8 @@ class Command(BaseCommand):
             raise CommandError("--window must be more than 0")
         if o["bulk_size"] > 1000:
             raise CommandError("--bulk-size must be at most 1000 (the API's limit per request)")
-        # "all" is the README's measured set; audit and idle run on their own.
-        wanted = SCENARIOS[:-3] if o["scenario"] == "all" else (o["scenario"],)
+        # "all" is the README's measured set; audit, idle and history run on their own.
+        wanted = SCENARIOS[:-4] if o["scenario"] == "all" else (o["scenario"],)
         for scenario in wanted:
             try:
                 params, figures = self.run(scenario, o)
@@ -140,5 +158,13 @@ class Command(BaseCommand):
                 "wakeups": o["wakeups"],
             }
             return params, bench.scenario_idle(**params, force=o["force"])
+        if scenario == "history":
+            params = {
+                "runs": o["history_runs"],
+                "due": o["due"] or 20_000,
+                "batch": o["batch_size"],
+                "repeat": o["repeat"],
+            }
+            return params, bench.scenario_history(**params, force=o["force"])
         params = {"inflight": o["inflight"], "delay": o["delay"], "workers": o["workers"] or 2}
         return params, bench.scenario_slow(**params, force=o["force"])

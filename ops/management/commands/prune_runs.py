@@ -1,4 +1,5 @@
-"""``manage.py prune_runs``: delete finished runs past retention. Thin: parse, then prune."""
+"""``manage.py prune_runs``: drop the days past retention and delete the finished runs
+left past it. Thin: parse, then expire (runs/retention.py)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ MAX_DAYS = 36_500
 
 class Command(BaseCommand):
     help = (
-        "Delete finished runs (and their attempts) scheduled more than D days ago, in batches"
-        " of one short transaction each; live runs are kept however old. Also forgets fleet"
-        " rows of processes silent for a day and lag samples older than two days."
+        "Drop the daily partitions of runs (and their attempts) whose whole day is more than"
+        " D days ago, then delete the finished runs left past it in batches of one short"
+        " transaction each; live runs are kept however old (and so is their day). Also"
+        " forgets fleet rows of processes silent for a day and lag samples older than two days."
     )
 
     def add_arguments(self, parser):
@@ -57,10 +59,17 @@ class Command(BaseCommand):
             if options["verbosity"] >= 2:
                 self.stdout.write(f"batch {batches}: deleted {n} runs")
 
-        total = retention.prune(cutoff, options["batch_size"], on_batch=progress)
+        done = retention.expire(cutoff, options["batch_size"], on_batch=progress)
         forgotten = fleet.prune(now)
         runs_pruned.send(sender=self.__class__, now=now, cutoff=cutoff)
+        if done.days_dropped or done.days_kept:
+            self.stdout.write(
+                f"dropped {len(done.days_dropped)} days of runs"
+                + "".join(f" {day}" for day in done.days_dropped)
+                + f"; kept {len(done.days_kept)} with unfinished runs"
+                + "".join(f" {day}" for day in done.days_kept)
+            )
         self.stdout.write(
-            f"deleted {total} runs scheduled before {cutoff:%Y-%m-%d %H:%M:%S} UTC"
+            f"deleted {done.runs_deleted} runs scheduled before {cutoff:%Y-%m-%d %H:%M:%S} UTC"
             f" in {batches} batches; forgot {forgotten} stale fleet rows and lag samples"
         )

@@ -148,8 +148,8 @@ def test_prune_200k_old_runs_in_short_batches(owner, commits):
         )
         cur.execute(
             """
-            INSERT INTO runs_attempt (run_id, number, worker, outcome, error)
-            SELECT id, 1, 'w', 'succeeded', '' FROM runs_run
+            INSERT INTO runs_attempt (run_id, scheduled_at, number, worker, outcome, error)
+            SELECT id, scheduled_at, 1, 'w', 'succeeded', '' FROM runs_run
             WHERE state = 'succeeded' LIMIT 20000
             """
         )

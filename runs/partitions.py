@@ -1,0 +1,200 @@
+"""Daily partitions of the runs and attempts tables.
+
+``runs_run`` and ``runs_attempt`` are range-partitioned by ``scheduled_at``
+(an attempt carries a copy of its run's), one partition per UTC day, plus a
+default partition each that catches any row outside the days that have one
+(a backfill far in the past, a fire far in the future), so an insert never
+fails for want of a partition. Partitions are named after their day:
+``runs_run_p20261201`` and ``runs_attempt_p20261201`` hold the runs
+scheduled on 2026-12-01 and their attempts.
+
+- ``ensure_partitions()``: the dispatchers' housekeeping creates today's and
+  the next ``DAYS_AHEAD`` days' partitions ahead of time. Idempotent, and
+  serialized across processes by an advisory lock. Rows of that day already
+  in the default partition (a fire planned that far ahead) are moved into the
+  new partition before it is attached.
+- ``drop_expired_days()``: retention drops a day's two partitions (DETACH,
+  then DROP) once the whole day is older than the cutoff, unless the day still
+  holds a run that is pending, running or retrying: such a day is kept, and
+  its finished runs are deleted row by row (runs/retention.py).
+
+Both take the tables' locks with a short ``lock_timeout``: a DDL statement
+waiting for a long query would queue every claim and insert behind it. One
+that times out is retried at the next housekeeping round.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from django.db import OperationalError, connection, transaction
+
+log = logging.getLogger("punctual.retention")
+
+# Today plus this many days ahead have their partitions at all times.
+DAYS_AHEAD = 7
+# How long a partition change may wait for the tables' locks before it gives
+# up for this round (hot statements queue behind a waiting DDL statement).
+LOCK_TIMEOUT = "2s"
+# pg_advisory_xact_lock key: one partition change at a time, across all
+# dispatchers and prune_runs.
+ADVISORY_KEY = 0x50554E43  # "PUNC"
+
+# (parent, default partition), runs first: every statement that writes both
+# tables locks runs_run first, and so does every partition change here.
+TABLES = (("runs_run", "runs_run_default"), ("runs_attempt", "runs_attempt_default"))
+
+# The day partitions of one table and their upper bounds, oldest first.
+DAY_PARTITIONS = """
+    SELECT c.relname AS name
+    FROM pg_inherits AS i
+    JOIN pg_class AS c ON c.oid = i.inhrelid
+    JOIN pg_class AS p ON p.oid = i.inhparent
+    WHERE p.relname = %(parent)s AND c.relname ~ '_p[0-9]{8}$'
+    ORDER BY c.relname
+"""
+
+# A day's runs that are not finished yet (uses the partition's run_active_idx).
+DAY_HAS_ACTIVE_RUNS = """
+    SELECT EXISTS (
+        SELECT 1 FROM {part} WHERE state IN ('pending', 'running', 'retrying')
+    ) AS active
+"""
+
+
+def partition_name(parent: str, day: dt.date) -> str:
+    return f"{parent}_p{day:%Y%m%d}"
+
+
+def _day_of(name: str) -> dt.date:
+    return dt.datetime.strptime(name[-8:], "%Y%m%d").date()
+
+
+def _bounds(day: dt.date) -> tuple[str, str]:
+    lo = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+    return lo.isoformat(), (lo + dt.timedelta(days=1)).isoformat()
+
+
+def day_partitions(parent: str = "runs_run") -> list[dt.date]:
+    """The days that have a partition of ``parent``, oldest first."""
+    with connection.cursor() as cur:
+        cur.execute(DAY_PARTITIONS, {"parent": parent})
+        return [_day_of(row[0]) for row in cur.fetchall()]
+
+
+def _lock_for_change(cur) -> None:
+    cur.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+    cur.execute("SELECT pg_advisory_xact_lock(%s)", [ADVISORY_KEY])
+
+
+def _create_day(cur, day: dt.date) -> int:
+    """Create and attach ``day``'s partition of both tables; returns the rows
+    moved in from the default partitions.
+
+    The table is made standalone and attached afterwards, with a CHECK that
+    matches its bounds, so that ATTACH needs no scan of it, and so that rows
+    of that day already in the default partition can be moved in first
+    (attaching a range the default partition still holds rows of fails).
+    """
+    lo, hi = _bounds(day)
+    moved = 0
+    for parent, default in TABLES:
+        part = partition_name(parent, day)
+        cur.execute(f"CREATE TABLE {part} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)")
+        cur.execute(
+            f"ALTER TABLE {part} ADD CONSTRAINT {part}_bounds"
+            " CHECK (scheduled_at >= %(lo)s AND scheduled_at < %(hi)s)",
+            {"lo": lo, "hi": hi},
+        )
+        cur.execute(
+            f"WITH moved AS (DELETE FROM {default}"
+            " WHERE scheduled_at >= %(lo)s AND scheduled_at < %(hi)s RETURNING *)"
+            f" INSERT INTO {part} SELECT * FROM moved",
+            {"lo": lo, "hi": hi},
+        )
+        moved += cur.rowcount
+        cur.execute(
+            f"ALTER TABLE {parent} ATTACH PARTITION {part} FOR VALUES FROM (%(lo)s) TO (%(hi)s)",
+            {"lo": lo, "hi": hi},
+        )
+        cur.execute(f"ALTER TABLE {part} DROP CONSTRAINT {part}_bounds")
+    return moved
+
+
+def ensure_partitions(today: dt.date, days_ahead: int = DAYS_AHEAD) -> list[dt.date]:
+    """Make sure ``today`` .. ``today + days_ahead`` have their partitions.
+
+    Returns the days created. Each day is its own short transaction, under
+    the advisory lock, and re-checks what exists once it holds the lock: two
+    dispatchers doing this at once create each day once.
+    """
+    wanted = [today + dt.timedelta(days=n) for n in range(days_ahead + 1)]
+    created: list[dt.date] = []
+    for day in wanted:
+        if day in set(day_partitions()):
+            continue
+        try:
+            with transaction.atomic(), connection.cursor() as cur:
+                _lock_for_change(cur)
+                if day in set(day_partitions()):
+                    continue
+                moved = _create_day(cur, day)
+        except OperationalError as exc:
+            log.warning(
+                "partition not created: tables busy, retried next round",
+                extra={"day": day.isoformat(), "error": str(exc)},
+            )
+            return created
+        created.append(day)
+        log.info("partition created", extra={"day": day.isoformat(), "moved_rows": moved})
+    return created
+
+
+def _has_active_runs(day: dt.date) -> bool:
+    with connection.cursor() as cur:
+        cur.execute(DAY_HAS_ACTIVE_RUNS.format(part=partition_name("runs_run", day)))
+        return bool(cur.fetchone()[0])
+
+
+def drop_expired_days(cutoff: dt.datetime) -> tuple[list[dt.date], list[dt.date]]:
+    """Drop the day partitions (runs and attempts) whose whole day is before
+    ``cutoff``; returns (days dropped, days kept because a run is active).
+
+    Each day is one short transaction that locks both parent tables (runs
+    first) and then checks again for active runs: with the lock held, no run
+    of that day can be retried or claimed in between.
+    """
+    dropped: list[dt.date] = []
+    kept: list[dt.date] = []
+    for day in day_partitions():
+        if dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC) > cutoff:
+            break
+        # First without the lock: a day kept for an unfinished run is looked
+        # at every round, and must not take the tables' lock every time.
+        if _has_active_runs(day):
+            kept.append(day)
+            continue
+        try:
+            with transaction.atomic(), connection.cursor() as cur:
+                _lock_for_change(cur)
+                if day not in set(day_partitions()):
+                    continue  # another process dropped it meanwhile
+                cur.execute("LOCK TABLE runs_run, runs_attempt IN ACCESS EXCLUSIVE MODE")
+                cur.execute(DAY_HAS_ACTIVE_RUNS.format(part=partition_name("runs_run", day)))
+                if cur.fetchone()[0]:
+                    kept.append(day)
+                    continue
+                for parent, _ in reversed(TABLES):
+                    part = partition_name(parent, day)
+                    cur.execute(f"ALTER TABLE {parent} DETACH PARTITION {part}")
+                    cur.execute(f"DROP TABLE {part}")
+        except OperationalError as exc:
+            log.warning(
+                "partition not dropped: tables busy, retried next round",
+                extra={"day": day.isoformat(), "error": str(exc)},
+            )
+            break
+        dropped.append(day)
+        log.info("partition dropped", extra={"day": day.isoformat()})
+    return dropped, kept
