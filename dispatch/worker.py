@@ -396,7 +396,9 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             try:
                 loop.add_signal_handler(sig, self.stop)
-            except (NotImplementedError, RuntimeError):
+            except (NotImplementedError, RuntimeError, ValueError):
+                # Not the main thread (tests run a worker in a thread):
+                # asyncio's loop raises RuntimeError there, uvloop's ValueError.
                 pass
         self._session = webhooks.make_session(
             limit=self.concurrency, allow_private=self.allow_private

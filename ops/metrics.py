@@ -96,41 +96,54 @@ def _run_counts() -> tuple[dict[str, int], bool]:
     return counts, True
 
 
-# The scrape, past EXACT_COUNT_PAGES: the planner's row estimate of runs_run
-# at the last ANALYZE, and its size in pages now.
-RUNS_TABLE_SIZE = """
+# The scrape, past EXACT_COUNT_PAGES: for each day partition of runs_run (and
+# the default one), its size in pages now, and the planner's statistics at its
+# last ANALYZE: rows, pages, and each run state's share. Autovacuum analyses
+# partitions, never their partitioned parent, so the statistics are read per
+# partition.
+RUN_PARTITION_STATS = """
     SELECT c.reltuples, c.relpages,
-           pg_relation_size(c.oid) / current_setting('block_size')::int AS pages
-    FROM pg_class AS c WHERE c.oid = 'runs_run'::regclass
-"""
-# The scrape: each run state's share of the table at the last ANALYZE.
-RUN_STATE_FREQUENCIES = """
-    SELECT most_common_vals::text::text[] AS vals, most_common_freqs AS freqs
-    FROM pg_stats
-    WHERE schemaname = current_schema() AND tablename = 'runs_run' AND attname = 'state'
+           pg_relation_size(c.oid) / current_setting('block_size')::int AS pages,
+           s.most_common_vals::text::text[] AS vals, s.most_common_freqs AS freqs
+    FROM pg_partition_tree('runs_run') AS t
+    JOIN pg_class AS c ON c.oid = t.relid
+    LEFT JOIN pg_stats AS s ON s.schemaname = current_schema()
+        AND s.tablename = c.relname AND s.attname = 'state'
+    WHERE t.isleaf
 """
 
 
 def _estimated_terminal_counts() -> dict[str, int] | None:
     """Terminal states from the planner statistics, or None to count exactly.
 
-    The row total is scaled the way the planner does it (rows per page at the
-    last ANALYZE x pages now), then split by the state's frequency in the most
-    common values of ``pg_stats``. Returns None while the table is small enough
-    to count, or when it has never been analysed.
+    Per partition, the row total is scaled the way the planner does it (rows
+    per page at the last ANALYZE x pages now), then split by the state's
+    frequency in the most common values of ``pg_stats``. A partition not
+    analysed yet (a new day) is estimated from the analysed ones: their rows
+    per page and their mix of states. Returns None while the table is small
+    enough to count, or when no partition has been analysed.
     """
     with dict_cursor() as cur:
-        cur.execute(RUNS_TABLE_SIZE)
-        size = cur.fetchone()
-        if size["pages"] <= EXACT_COUNT_PAGES or size["reltuples"] < 0 or size["relpages"] <= 0:
-            return None
-        cur.execute(RUN_STATE_FREQUENCIES)
-        row = cur.fetchone()
-    if row is None or row["vals"] is None:
+        cur.execute(RUN_PARTITION_STATS)
+        parts = cur.fetchall()
+    if sum(p["pages"] for p in parts) <= EXACT_COUNT_PAGES:
         return None
-    total = size["reltuples"] / size["relpages"] * size["pages"]
-    freqs = dict(zip(row["vals"], row["freqs"], strict=True))
-    return {state: round(total * freqs.get(state, 0.0)) for state in TERMINAL}
+    analysed = [p for p in parts if p["reltuples"] >= 0 and p["relpages"] > 0 and p["vals"]]
+    if not analysed:
+        return None
+    counts = dict.fromkeys(TERMINAL, 0.0)
+    for p in analysed:
+        rows = p["reltuples"] / p["relpages"] * p["pages"]
+        freqs = dict(zip(p["vals"], p["freqs"], strict=True))
+        for state in TERMINAL:
+            counts[state] += rows * freqs.get(state, 0.0)
+    rows_per_page = sum(p["reltuples"] for p in analysed) / sum(p["relpages"] for p in analysed)
+    unanalysed_pages = sum(p["pages"] for p in parts if p not in analysed)
+    analysed_rows = sum(p["reltuples"] / p["relpages"] * p["pages"] for p in analysed)
+    if unanalysed_pages and analysed_rows:
+        share = unanalysed_pages * rows_per_page / analysed_rows
+        counts = {state: n * (1 + share) for state, n in counts.items()}
+    return {state: round(n) for state, n in counts.items()}
 
 
 def _oldest_pending(now: dt.datetime) -> dict[str, float]:
