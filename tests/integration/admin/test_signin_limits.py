@@ -97,6 +97,15 @@ def test_failures_from_one_address_count_across_user_names(ann):
     assert sign_in("ann", PASSWORD, address="10.0.3.2").signed_in
 
 
+def test_a_successful_sign_in_does_not_clear_the_failures_of_its_address(ann):
+    """Otherwise an owner could guess at other user names, signing in as
+    themselves between guesses to start their address's count again."""
+    for k in range(LIMIT - 1):
+        fail(1, f"nobody-{k}", address="10.0.7.1")
+    assert sign_in("ann", PASSWORD, address="10.0.7.1").signed_in
+    assert fail(1, "nobody-last", address="10.0.7.1") == [429]
+
+
 def test_after_the_cooloff_the_user_may_sign_in_again(ann):
     fail(LIMIT)
     assert sign_in("ann", PASSWORD).status_code == 429
