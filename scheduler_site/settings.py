@@ -174,6 +174,8 @@ if _cooloff_minutes < 1:
 AXES_COOLOFF_TIME = dt.timedelta(minutes=_cooloff_minutes)
 AXES_CLIENT_IP_CALLABLE = "scheduler_site.signin.client_address"
 AXES_LOCKOUT_CALLABLE = "scheduler_site.signin.locked_out"
+# Each attempt during a lockout starts the cool-off again (axes' default, stated).
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = True
 # A success does not clear the failures: an owner's own sign-in would
 # otherwise clear the count of the address they guess others' passwords from.
 AXES_RESET_ON_SUCCESS = False

@@ -106,15 +106,25 @@ def test_a_successful_sign_in_does_not_clear_the_failures_of_its_address(ann):
     assert fail(1, "nobody-last", address="10.0.7.1") == [429]
 
 
+def age_failures(by: dt.timedelta) -> None:
+    """Move the recorded failures back in time, as if ``by`` had passed."""
+    AccessAttempt.objects.update(attempt_time=F("attempt_time") - by)
+
+
 def test_after_the_cooloff_the_user_may_sign_in_again(ann):
     fail(LIMIT)
-    assert sign_in("ann", PASSWORD).status_code == 429
-    # The failures age past the cool-off, as they would after 15 minutes.
-    AccessAttempt.objects.update(
-        attempt_time=F("attempt_time") - django_settings.AXES_COOLOFF_TIME - dt.timedelta(seconds=1)
-    )
+    age_failures(django_settings.AXES_COOLOFF_TIME + dt.timedelta(seconds=1))
     response = sign_in("ann", PASSWORD)
     assert response.status_code == 302 and response.signed_in
+
+
+def test_an_attempt_during_the_lockout_starts_the_wait_again(ann):
+    fail(LIMIT)
+    age_failures(django_settings.AXES_COOLOFF_TIME - dt.timedelta(minutes=1))
+    assert sign_in("ann", PASSWORD).status_code == 429
+    # Two minutes on, the first failures are past the cool-off; the refused attempt is not.
+    age_failures(dt.timedelta(minutes=2))
+    assert sign_in("ann", PASSWORD).status_code == 429
 
 
 def test_x_forwarded_for_is_ignored_without_a_trusted_proxy(ann):
