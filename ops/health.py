@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from django.db import DatabaseError
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_safe
 
 from core.db import db_now
+from core.http import json_require_safe
 from dispatch import fleet, queries
 
 log = logging.getLogger("punctual.health")
@@ -95,7 +95,7 @@ def check() -> Health:
 
 
 @never_cache
-@require_safe
+@json_require_safe
 def health_view(request: HttpRequest) -> JsonResponse:
     health = check()
     response = JsonResponse(health.as_json(), status=200 if health.ok else 503)

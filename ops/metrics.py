@@ -36,7 +36,6 @@ from django.db import DatabaseError
 from django.db.models import Count, Min, Sum
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -48,6 +47,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from core.db import db_now, dict_cursor
+from core.http import json_require_safe
 from dispatch import fleet
 from dispatch.models import ProcessHeartbeat, ProcessKind
 from ops.health import dispatch_lag_seconds
@@ -276,6 +276,6 @@ REGISTRY.register(PunctualCollector())
 
 
 @never_cache
-@require_safe
+@json_require_safe
 def metrics_view(request: HttpRequest) -> HttpResponse:
     return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)

@@ -5,6 +5,7 @@ See the configuration table in README.md. Settings hold wiring only: no logic.
 
 from __future__ import annotations
 
+import datetime as dt
 import warnings
 from pathlib import Path
 from urllib.parse import unquote
@@ -27,6 +28,11 @@ env = environ.Env(
     PUNCTUAL_DEMO=(bool, False),
     PUNCTUAL_LISTEN=(bool, True),
     PUNCTUAL_POLL_SECONDS=(float, 5.0),
+    PUNCTUAL_HTTPS=(bool, False),
+    PUNCTUAL_HSTS_SECONDS=(int, 31_536_000),
+    PUNCTUAL_TRUSTED_PROXIES=(int, 0),
+    PUNCTUAL_LOGIN_FAILURE_LIMIT=(int, 10),
+    PUNCTUAL_LOGIN_COOLOFF_MINUTES=(int, 15),
 )
 
 DEBUG = env("DEBUG")
@@ -78,6 +84,8 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    # Sign-in attempt limits (see "Sign-in limits" below).
+    "axes",
     "scheduler_site",
     "jobs",
     "runs",
@@ -96,6 +104,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes requires: turns a locked-out sign-in into its 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "scheduler_site.urls"
@@ -138,8 +148,62 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+
+# -- Sign-in limits (django-axes; README "Security") ----------------------------
+# Axes' backend comes first, so a locked-out attempt is refused before the
+# password backend hashes anything. Failures are counted in the database, so
+# every gunicorn process on every host sees the same counts; by user name and,
+# separately, by client address (scheduler_site/signin.py).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_FAILURE_LIMIT = env("PUNCTUAL_LOGIN_FAILURE_LIMIT")
+if AXES_FAILURE_LIMIT < 1:
+    raise environ.ImproperlyConfigured("PUNCTUAL_LOGIN_FAILURE_LIMIT must be at least 1")
+_cooloff_minutes = env("PUNCTUAL_LOGIN_COOLOFF_MINUTES")
+if _cooloff_minutes < 1:
+    raise environ.ImproperlyConfigured("PUNCTUAL_LOGIN_COOLOFF_MINUTES must be at least 1")
+AXES_COOLOFF_TIME = dt.timedelta(minutes=_cooloff_minutes)
+AXES_CLIENT_IP_CALLABLE = "scheduler_site.signin.client_address"
+AXES_LOCKOUT_CALLABLE = "scheduler_site.signin.locked_out"
+# Each attempt during a lockout starts the cool-off again (axes' default, stated).
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = True
+# A success does not clear the failures: an owner's own sign-in would
+# otherwise clear the count of the address they guess others' passwords from.
+AXES_RESET_ON_SUCCESS = False
+# Axes would keep a row per successful sign-in forever; only failures are kept,
+# and only within the cool-off.
+AXES_DISABLE_ACCESS_LOG = True
+# No "AXES: BEGIN" line at the start of every process.
+AXES_VERBOSE = False
+
+# -- HTTPS and proxies (README "Deploying behind a TLS proxy") ------------------
+# How many reverse proxies stand between clients and gunicorn. 0: the
+# X-Forwarded-* headers are the client's own words and are ignored.
+PUNCTUAL_TRUSTED_PROXIES = env("PUNCTUAL_TRUSTED_PROXIES")
+if PUNCTUAL_TRUSTED_PROXIES < 0:
+    raise environ.ImproperlyConfigured("PUNCTUAL_TRUSTED_PROXIES must be 0 or more")
+if PUNCTUAL_TRUSTED_PROXIES:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+PUNCTUAL_HTTPS = env("PUNCTUAL_HTTPS")
+if PUNCTUAL_HTTPS:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = True
+    # Load-balancer probes and Prometheus often reach gunicorn directly, over
+    # plain HTTP: health and metrics answer them instead of redirecting.
+    SECURE_REDIRECT_EXEMPT = [r"^api/v1/health/$", r"^metrics$"]
+    SECURE_HSTS_SECONDS = env("PUNCTUAL_HSTS_SECONDS")
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
 
 LANGUAGE_CODE = "en-us"
 # Punctual requires aware UTC datetimes everywhere; the
@@ -164,6 +228,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"user": env("PUNCTUAL_API_RATE")},
+    # Anonymous callers are told apart by address: X-Forwarded-For only behind proxies.
+    "NUM_PROXIES": PUNCTUAL_TRUSTED_PROXIES,
     "COERCE_DECIMAL_TO_STRING": False,
     "EXCEPTION_HANDLER": "core.api_errors.exception_handler",
 }

@@ -7,6 +7,7 @@ import importlib
 import socket
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import MD5PasswordHasher
 from django.contrib.auth.models import Group, Permission
 
 from core.db import db_now
@@ -80,3 +81,18 @@ def beat(kind: str = ProcessKind.DISPATCHER, *, ago: float = 0.0, name: str | No
         },
     )
     return row
+
+
+class CountingHasher(MD5PasswordHasher):
+    """A real password hasher that counts how often it hashes.
+
+    ``verify`` hashes through ``encode`` too, so ``encodes`` counts every
+    password hashed: set, checked, or hashed against timing attacks for a
+    user name that does not exist."""
+
+    algorithm = "counting_md5"
+    encodes = 0
+
+    def encode(self, password: str, salt: str) -> str:
+        type(self).encodes += 1
+        return super().encode(password, salt)

@@ -193,3 +193,30 @@ def test_history_scenario_compares_the_hot_path_and_the_admin_with_and_without_h
 
         today = dt.datetime.combine(db_now().date(), dt.time(), tzinfo=dt.UTC)
         partitions.drop_expired_days(today)
+
+
+def test_login_scenario_measures_health_while_wrong_passwords_get_locked_out():
+    """Tiny and short: the JSON shape, and that the sign-in limits locked the
+    threads out after at most the limit's worth of checked passwords (the
+    scenario raises otherwise)."""
+    from axes.models import AccessAttempt
+    from django.contrib.auth import get_user_model
+
+    from ops.bench import LOGIN_USER
+
+    [result] = bench("login", "--clients", "2", "--duration", "1")
+    expect(result["scenario"] == "login", result)
+    expect(result["params"] == {"clients": 2, "duration": 1.0}, result)
+    expect(result["locked_out"] > 0, result)
+    expect(set(result["answers"]) <= {"200", "429"}, result)
+    limit = result["failure_limit"]
+    expect(result["answered_with_the_form"] <= limit + 2, result)
+    expect(sum(result["answers"].values()) == result["login_posts"], result)
+    for phase in ("health_ms_idle", "health_ms_under_login_load"):
+        figures = result[phase]
+        expect(set(figures) == {"p50", "p99", "max", "probes"}, figures)
+        expect(figures["probes"] > 0 and figures["p50"] > 0, figures)
+    expect(set(result["gunicorn_cpu_s"]) == {"idle", "under_login_load"}, result)
+    # It leaves neither its user nor its failures behind.
+    expect(not get_user_model().objects.filter(username=LOGIN_USER).exists())
+    expect(not AccessAttempt.objects.filter(username=LOGIN_USER).exists())

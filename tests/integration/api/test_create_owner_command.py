@@ -48,6 +48,10 @@ def test_superuser_flag_and_no_password():
         (["x" * 151], "Invalid username"),
         (["   "], "Invalid username"),
         (["dave", "--password", "short"], "Invalid password"),
+        # Django's four validators: numeric, common, like the user name.
+        (["dave", "--password", "12345678"], "entirely numeric"),
+        (["dave", "--password", "password123"], "too common"),
+        (["margaretha", "--password", "margaretha1"], "too similar to the username"),
     ],
 )
 def test_bad_input_is_a_clear_error_that_creates_nothing(django_user_model, args, message):

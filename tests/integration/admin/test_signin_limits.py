@@ -1,0 +1,159 @@
+"""Sign-in attempt limits (django-axes, scheduler_site/signin.py): failures
+counted by user name and, separately, by client address, in the database; a
+locked-out attempt is refused with a readable 429 before any password is
+hashed. Hashing is counted by a real hasher (tests/admin_support.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from axes.models import AccessAttempt
+from django.conf import settings as django_settings
+from django.db.models import F
+from django.test import Client
+from django.urls import reverse
+
+from tests.admin_support import PASSWORD, CountingHasher
+
+LOGIN = reverse("admin:login")
+LIMIT = 10  # PUNCTUAL_LOGIN_FAILURE_LIMIT's default
+
+
+@pytest.fixture(autouse=True)
+def counting_hasher(settings):
+    settings.PASSWORD_HASHERS = ["tests.admin_support.CountingHasher"]
+    assert django_settings.AXES_FAILURE_LIMIT == LIMIT
+
+
+def hashes() -> int:
+    return CountingHasher.encodes
+
+
+def sign_in(username: str, password: str, *, address: str = "10.0.0.1", **headers):
+    """One POST to the admin's sign-in form, with its CSRF token, from ``address``."""
+    client = Client(enforce_csrf_checks=True, REMOTE_ADDR=address)
+    client.get(LOGIN)
+    token = client.cookies["csrftoken"].value
+    response = client.post(
+        LOGIN,
+        {"username": username, "password": password, "csrfmiddlewaretoken": token},
+        REMOTE_ADDR=address,
+        **headers,
+    )
+    response.signed_in = "_auth_user_id" in client.session
+    return response
+
+
+def fail(times: int, username: str = "ann", **where) -> list[int]:
+    return [sign_in(username, "not-the-password", **where).status_code for _ in range(times)]
+
+
+def assert_refused_without_hashing(username: str, password: str, **where) -> None:
+    before = hashes()
+    response = sign_in(username, password, **where)
+    assert response.status_code == 429
+    assert not response.signed_in
+    assert hashes() == before, "a locked-out attempt hashed a password"
+
+
+def test_the_eleventh_bad_password_is_refused_without_hashing(ann):
+    start = hashes()
+    # The tenth failure is still checked (and hashed); it is the one that locks.
+    assert fail(LIMIT) == [200] * (LIMIT - 1) + [429]
+    assert hashes() - start == LIMIT
+    assert_refused_without_hashing("ann", "still-wrong")
+    # Even the right password, while locked out.
+    assert_refused_without_hashing("ann", PASSWORD)
+
+
+def test_the_locked_out_page_is_readable_and_says_when_to_come_back(ann):
+    fail(LIMIT)
+    response = sign_in("ann", PASSWORD)
+    assert response.status_code == 429
+    assert response["Retry-After"] == str(15 * 60)
+    assert response["Content-Type"].startswith("text/html")
+    page = response.content.decode()
+    assert "Too many failed sign-in attempts" in page
+    assert f"after {LIMIT}" in page and "Try again in 15 minutes" in page
+    assert "Punctual" in page  # the admin's own frame, not a bare error
+
+
+def test_failures_for_one_user_name_count_across_addresses(ann, ben):
+    for k in range(LIMIT):
+        fail(1, "ann", address=f"10.0.1.{k}")
+    assert_refused_without_hashing("ann", PASSWORD, address="10.0.2.1")
+    assert sign_in("ben", PASSWORD, address="10.0.2.1").signed_in
+
+
+def test_failures_from_one_address_count_across_user_names(ann):
+    """User names that do not exist count too (Django hashes once for those,
+    so that they take as long as a real one)."""
+    start = hashes()
+    for k in range(LIMIT):
+        fail(1, f"nobody-{k}", address="10.0.3.1")
+    assert hashes() - start == LIMIT
+    assert_refused_without_hashing("ann", PASSWORD, address="10.0.3.1")
+    assert sign_in("ann", PASSWORD, address="10.0.3.2").signed_in
+
+
+def test_a_successful_sign_in_does_not_clear_the_failures_of_its_address(ann):
+    """Otherwise an owner could guess at other user names, signing in as
+    themselves between guesses to start their address's count again."""
+    for k in range(LIMIT - 1):
+        fail(1, f"nobody-{k}", address="10.0.7.1")
+    assert sign_in("ann", PASSWORD, address="10.0.7.1").signed_in
+    assert fail(1, "nobody-last", address="10.0.7.1") == [429]
+
+
+def age_failures(by: dt.timedelta) -> None:
+    """Move the recorded failures back in time, as if ``by`` had passed."""
+    AccessAttempt.objects.update(attempt_time=F("attempt_time") - by)
+
+
+def test_after_the_cooloff_the_user_may_sign_in_again(ann):
+    fail(LIMIT)
+    age_failures(django_settings.AXES_COOLOFF_TIME + dt.timedelta(seconds=1))
+    response = sign_in("ann", PASSWORD)
+    assert response.status_code == 302 and response.signed_in
+
+
+def test_an_attempt_during_the_lockout_starts_the_wait_again(ann):
+    fail(LIMIT)
+    age_failures(django_settings.AXES_COOLOFF_TIME - dt.timedelta(minutes=1))
+    assert sign_in("ann", PASSWORD).status_code == 429
+    # Two minutes on, the first failures are past the cool-off; the refused attempt is not.
+    age_failures(dt.timedelta(minutes=2))
+    assert sign_in("ann", PASSWORD).status_code == 429
+
+
+def test_x_forwarded_for_is_ignored_without_a_trusted_proxy(ann):
+    for k in range(LIMIT):
+        fail(1, f"nobody-{k}", address="10.0.4.1", HTTP_X_FORWARDED_FOR=f"192.0.2.{k}")
+    assert_refused_without_hashing(
+        "ann", PASSWORD, address="10.0.4.1", HTTP_X_FORWARDED_FOR="192.0.2.200"
+    )
+
+
+def test_behind_a_trusted_proxy_the_address_the_proxy_saw_counts(settings, ann):
+    settings.PUNCTUAL_TRUSTED_PROXIES = 1
+    proxy = "10.0.5.1"
+    # Each client forges a first entry; the proxy appends the address it saw.
+    for k in range(LIMIT):
+        fail(1, f"nobody-{k}", address=proxy, HTTP_X_FORWARDED_FOR=f"198.51.100.7, 192.0.2.{k}")
+    # Ten clients, one failure each: none is locked out, though all came through one proxy.
+    assert sign_in("ann", PASSWORD, address=proxy, HTTP_X_FORWARDED_FOR="192.0.2.1").signed_in
+    fail(LIMIT, "nobody", address=proxy, HTTP_X_FORWARDED_FOR="203.0.113.9")
+    # 203.0.113.9 is locked out, whatever it writes to the left of its address.
+    assert_refused_without_hashing(
+        "ann", PASSWORD, address=proxy, HTTP_X_FORWARDED_FOR="192.0.2.99, 203.0.113.9"
+    )
+    assert AccessAttempt.objects.filter(ip_address="198.51.100.7").count() == 0
+
+
+@pytest.mark.parametrize("forwarded", ["", "not-an-address", "192.0.2.1:4431"])
+def test_behind_a_proxy_a_missing_or_malformed_header_counts_the_proxy(settings, ann, forwarded):
+    settings.PUNCTUAL_TRUSTED_PROXIES = 1
+    headers = {"HTTP_X_FORWARDED_FOR": forwarded} if forwarded else {}
+    assert fail(1, "nobody", address="10.0.6.1", **headers) == [200]
+    assert list(AccessAttempt.objects.values_list("ip_address", flat=True)) == ["10.0.6.1"]
