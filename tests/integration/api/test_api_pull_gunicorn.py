@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 import requests
 from django.conf import settings
-from rest_framework.authtoken.models import Token
 
 from runs import job_verbs
 from runs.models import Attempt, Run
 from tests.database import subprocess_database_url
 from tests.factories import make_job
+from tests.integration.api.support import api_key
 
 pytestmark = [pytest.mark.processes]
 
@@ -85,7 +85,7 @@ def test_pull_worker_over_http_reclaims_an_expired_lease_and_fences_the_stale_wo
     gunicorn, django_user_model
 ):
     owner = django_user_model.objects.create_user("puller", is_staff=True)
-    token = Token.objects.create(user=owner).key
+    token = api_key(owner)
     job = make_job(owner, target_kind="pull", url="", timeout_seconds=120, max_attempts=3)
     run = job_verbs.trigger(job)
     http = requests.Session()

@@ -16,7 +16,6 @@ from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from hypothesis.configuration import set_hypothesis_home_dir
-from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -30,6 +29,7 @@ from runs import job_verbs, leases
 from runs.models import Run
 from scheduler_site.wsgi import application
 from tests.factories import make_job
+from tests.integration.api.support import api_key
 
 MAX_EXAMPLES = 12
 CHECKS = [
@@ -76,8 +76,8 @@ def world(db, owner):
     )
     failed = job_verbs.trigger(job)
     Run.objects.filter(pk=failed.pk).update(state="failed")
-    token, _ = Token.objects.get_or_create(user=owner)
-    return {"token": token.key, "job": str(job.pk), "run": str(held.pk), "failed": str(failed.pk)}
+    token = api_key(owner)
+    return {"token": token, "job": str(job.pk), "run": str(held.pk), "failed": str(failed.pk)}
 
 
 @schema.parametrize()
