@@ -31,11 +31,15 @@ def _settings(settings):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_throttles():
-    # DRF keeps request histories in the default (per-process) cache.
-    cache.clear()
+def _fresh_throttles(request):
+    """The rate-limit counters live in the database cache: each test's
+    transaction rolls its own back, but a transactional test commits them."""
+    transactional = "transactional_db" in request.fixturenames
+    if transactional:
+        cache.clear()
     yield
-    cache.clear()
+    if transactional:
+        cache.clear()
 
 
 @pytest.fixture
