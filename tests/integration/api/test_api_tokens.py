@@ -9,6 +9,8 @@ import importlib
 
 import pytest
 from django.db import connection
+from django.db.models.functions import Now
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from accounts import tokens
@@ -166,11 +168,22 @@ def test_last_used_moves_at_most_once_a_minute(owner):
     client_with(key).get(JOBS)
     first = ApiToken.objects.get(user=owner).last_used_at
     assert first is not None
-    client_with(key).get(JOBS)
+    with CaptureQueriesContext(connection) as queries:
+        client_with(key).get(JOBS)
+    assert not [q for q in queries if q["sql"].startswith('UPDATE "accounts_apitoken"')]
     assert ApiToken.objects.get(user=owner).last_used_at == first
     ApiToken.objects.filter(user=owner).update(last_used_at=first - dt.timedelta(minutes=2))
     client_with(key).get(JOBS)
     assert ApiToken.objects.get(user=owner).last_used_at > first - dt.timedelta(minutes=2)
+
+
+def test_two_processes_that_read_a_stale_last_used_write_it_once(owner):
+    key = api_key(owner)
+    stale = ApiToken.objects.annotate(db_now=Now()).get(user=owner)  # read by both
+    tokens.authenticate_key(key)  # the first one writes
+    written = ApiToken.objects.get(user=owner).last_used_at
+    tokens._note_use(stale, stale.db_now)  # the second one, from its stale read
+    assert ApiToken.objects.get(user=owner).last_used_at == written
 
 
 def test_bearer_works_too_and_a_malformed_header_is_a_clear_401(owner):
