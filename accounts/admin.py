@@ -1,5 +1,5 @@
-"""Every owner's API tokens, for superusers: see them, set an expiry, revoke
-(delete) them. Owners manage their own on the "My API token" page
+"""Every owner's API tokens, for superusers (the "Job owners" group has no
+permission on them): see them, set an expiry, delete them. Owners manage their own on the "My API token" page
 (accounts/admin_views.py); the key itself is never stored, so never shown."""
 
 from __future__ import annotations
@@ -25,15 +25,6 @@ class ApiTokenAdmin(admin.ModelAdmin):
         "retired_because",
     )
     readonly_fields = tuple(f for f in fields if f != "expires_at")
-
-    def has_module_permission(self, request):
-        return request.user.is_active and request.user.is_superuser
-
-    def has_view_permission(self, request, obj=None):
-        return self.has_module_permission(request)
-
-    has_change_permission = has_view_permission
-    has_delete_permission = has_view_permission
 
     def has_add_permission(self, request):
         return False  # a key is made by rotating: on "My API token" or through the API

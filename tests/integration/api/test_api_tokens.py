@@ -143,6 +143,7 @@ def test_rotate_with_an_expiry_in_days_or_at_a_time(owner):
 )
 def test_a_bad_rotation_is_a_400_naming_the_field_and_changes_nothing(owner, payload, field):
     key = api_key(owner)
+
     def state():
         return list(ApiToken.objects.values_list("id", "digest", "expires_at", "retired_at"))
 
