@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from runs.models import Attempt, Run
 from tests.database import subprocess_database_url
 from tests.factories import make_job
 from tests.integration.api.support import api_key
+from tests.processes.conftest import free_port
 
 pytestmark = [pytest.mark.processes]
 
@@ -31,12 +31,6 @@ BIN = Path(sys.executable).parent
 # Generous: a cold gunicorn on a busy machine takes a while to answer its first request.
 READY_WITHIN = 120.0
 RECLAIM_WITHIN = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
