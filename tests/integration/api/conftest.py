@@ -36,6 +36,7 @@ def _fresh_throttles(request):
     transaction rolls its own back, but a transactional test commits them."""
     transactional = "transactional_db" in request.fixturenames
     if transactional:
+        request.getfixturevalue("transactional_db")
         cache.clear()
     yield
     if transactional:
