@@ -7,6 +7,7 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
+from accounts.throttles import WindowRateThrottle
 from jobs import targets
 from tests.integration.api.support import token_client
 
@@ -41,6 +42,13 @@ def _fresh_throttles(request):
     yield
     if transactional:
         cache.clear()
+
+
+@pytest.fixture
+def unlimited(monkeypatch):
+    """No rate limits, for the tests that count a request's statements: the
+    limiter's own statements on the database cache would only blur them."""
+    monkeypatch.setattr(WindowRateThrottle, "THROTTLE_RATES", {"user": None, "anon": None})
 
 
 @pytest.fixture
