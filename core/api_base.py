@@ -3,7 +3,7 @@ and ``If-Match``/``ETag`` helpers for versioned objects."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
@@ -42,6 +42,14 @@ class ApiViewMixin(_MixinBase):
                 raise exceptions.UnsupportedMediaType(
                     "", detail="Send the body as JSON, with Content-Type: application/json."
                 )
+
+    def permission_denied(self, request: Request, message=None, code=None) -> NoReturn:
+        # DRF checks permissions before throttles, so an anonymous caller's 401
+        # would never be counted: count it first (README "Rate limits"). A
+        # refused token was counted by the authentication class already.
+        if request.authenticators and not request.successful_authenticator:
+            self.check_throttles(request)
+        super().permission_denied(request, message, code)
 
 
 def _has_body(request: Request) -> bool:

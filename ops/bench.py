@@ -1058,7 +1058,7 @@ CREATE_CHECK = """
 def scenario_create(
     *, singles: int, clients: int, batches: int, batch_size: int, repeat: int, force: bool
 ) -> dict:
-    from rest_framework.authtoken.models import Token
+    from accounts import tokens
 
     owner = bench_owner()
     one, many, bulk = [], [], []
@@ -1070,8 +1070,7 @@ def scenario_create(
         reset(force)
         # The bench owner is inactive between runs: it only exists to own bench jobs.
         get_user_model().objects.filter(pk=owner.pk).update(is_active=True)
-        Token.objects.filter(user=owner).delete()  # left by an interrupted run
-        token = Token.objects.create(user=owner).key
+        _, token = tokens.issue(owner)  # retires one left by an interrupted run
         gunicorn, base = _start_gunicorn(Path(tmp_name), workers=2, threads=4)
         try:
             each = max(1, singles // clients)
@@ -1091,7 +1090,7 @@ def scenario_create(
                 expected += singles + 1 + clients * (each + 1) + batches * batch_size + 1
         finally:
             _stop(gunicorn)
-            Token.objects.filter(user=owner).delete()
+            tokens.revoke(owner)
             get_user_model().objects.filter(pk=owner.pk).update(is_active=False)
     with connection.cursor() as cur:
         cur.execute(CREATE_CHECK, [owner.pk])

@@ -23,6 +23,7 @@ class PunctualAdminSite(admin.AdminSite):
         # Before the stock patterns: they end in a catch-all.
         return [
             path("dashboard/", self.admin_view(self.dashboard_view), name="dashboard"),
+            path("token/", self.admin_view(self.my_token_view), name="my-token"),
             *super().get_urls(),
         ]
 
@@ -30,3 +31,8 @@ class PunctualAdminSite(admin.AdminSite):
         from ops.dashboard import dashboard_view
 
         return dashboard_view(request, self.each_context(request))
+
+    def my_token_view(self, request):
+        from accounts.admin_views import my_token_view
+
+        return my_token_view(request, self.each_context(request))

@@ -10,6 +10,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
+from accounts.views import TokenRotateView, TokenView
 from runs.job_views import JobViewSet, SchedulePreviewView
 from runs.views import RunViewSet
 
@@ -32,6 +33,8 @@ not_found.cls.schema = None  # not part of the documented API
 
 urlpatterns = [
     *router.urls,
+    path("token/", TokenView.as_view(), name="token"),
+    path("token/rotate/", TokenRotateView.as_view(), name="token-rotate"),
     path("schedules/preview/", SchedulePreviewView.as_view(), name="schedule-preview"),
     # The schema and its browser are public: they describe the API, not anyone's data.
     path(

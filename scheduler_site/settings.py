@@ -25,6 +25,7 @@ env = environ.Env(
     PUNCTUAL_LOG_JSON=(bool, False),
     PUNCTUAL_LOG_LEVEL=(str, "INFO"),
     PUNCTUAL_API_RATE=(str, "6000/min"),
+    PUNCTUAL_API_ANON_RATE=(str, "60/min"),
     PUNCTUAL_DEMO=(bool, False),
     PUNCTUAL_LISTEN=(bool, True),
     PUNCTUAL_POLL_SECONDS=(float, 5.0),
@@ -81,12 +82,12 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     # Sign-in attempt limits (see "Sign-in limits" below).
     "axes",
     "scheduler_site",
+    "accounts",
     "jobs",
     "runs",
     "dispatch",
@@ -219,15 +220,30 @@ STATIC_ROOT = BASE_DIR / "var" / "static"
 
 LOGIN_URL = "admin:login"
 
+# The API's rate-limit counters (accounts/throttles.py). They must be shared by
+# every web process, so the default is the database cache, in the table that
+# the accounts migrations create. Any django-environ cache URL works
+# (rediscache://host:6379/1). The database cache counts its rows on each write
+# and culls at MAX_ENTRIES, so keep that above the clients active in a minute.
+CACHES = {"default": env.cache_url("PUNCTUAL_CACHE_URL", default="dbcache://punctual_cache")}
+if CACHES["default"]["BACKEND"] == "django.core.cache.backends.db.DatabaseCache":
+    CACHES["default"].setdefault("OPTIONS", {}).setdefault("MAX_ENTRIES", 10_000)
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "accounts.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"user": env("PUNCTUAL_API_RATE")},
+    "DEFAULT_THROTTLE_CLASSES": [
+        "accounts.throttles.OwnerRateThrottle",
+        "accounts.throttles.AddressRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": env("PUNCTUAL_API_RATE"),
+        "anon": env("PUNCTUAL_API_ANON_RATE"),
+    },
     # Anonymous callers are told apart by address: X-Forwarded-For only behind proxies.
     "NUM_PROXIES": PUNCTUAL_TRUSTED_PROXIES,
     "COERCE_DECIMAL_TO_STRING": False,

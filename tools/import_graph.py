@@ -5,14 +5,15 @@ any import against the layering.
 
 The layers, bottom to top (a package may import only packages below it):
 
-    core -> jobs -> runs -> dispatch -> ops -> scheduler_site
+    core -> accounts -> jobs -> runs -> dispatch -> ops -> scheduler_site
 
-core is the shared helpers, jobs the job rows and schedule math, runs the
-runs and leases, dispatch the engine, ops operations and the demo, and
-scheduler_site the wiring (settings, urls, the admin site), which may import
-all of them. Every import counts: module level, inside a function, under
-TYPE_CHECKING, and ``importlib.import_module("...")`` with a literal name, so a
-cycle cannot hide in a function body. Migrations and tests are left out.
+core is the shared helpers, accounts the API tokens and rate limits, jobs
+the job rows and schedule math, runs the runs and leases, dispatch the
+engine, ops operations and the demo, and scheduler_site the wiring
+(settings, urls, the admin site), which may import all of them. Every
+import counts: module level, inside a function, under TYPE_CHECKING, and
+``importlib.import_module("...")`` with a literal name, so a cycle cannot
+hide in a function body. Migrations and tests are left out.
 
 Exits 1, naming each offending import, if a package imports one at its own
 level or above (which is also how a cycle shows), else 0. Standard library only.
@@ -25,7 +26,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-LAYERS = ("core", "jobs", "runs", "dispatch", "ops", "scheduler_site")
+LAYERS = ("core", "accounts", "jobs", "runs", "dispatch", "ops", "scheduler_site")
 RANK = {name: i for i, name in enumerate(LAYERS)}
 SKIP_DIRS = {"migrations", "tests", "__pycache__"}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,12 @@ from tests.database import subprocess_database_url
 from tests.polling import wait_until  # noqa: F401  (re-exported)
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def process_env(**extra: str) -> dict[str, str]:

@@ -164,7 +164,7 @@ def poll(predicate, timeout: float, message: str, run: MakeRun):
 
 def demo_banner(run: MakeRun) -> dict[str, str] | None:
     text = run.output()
-    token = re.search(r"^API token: (\w+)$", text, re.M)
+    token = re.search(r"^API token: (\S+)$", text, re.M)
     job = re.search(r"demo job\s+([0-9a-f-]{36})", text)
     password = re.search(r"user admin  password (\S+)", text)
     if not (token and job and password):
@@ -288,7 +288,7 @@ def test_make_run_from_a_fresh_clone_delivers_signed_webhooks_and_stops_on_ctrl_
         )
         assert query(clone, "SELECT count(*) FROM auth_user") == [(1,)]
         assert query(clone, "SELECT count(*) FROM jobs_job") == [(1,)]
-        assert query(clone, "SELECT count(*) FROM authtoken_token") == [(1,)]
+        assert query(clone, "SELECT count(*) FROM accounts_apitoken") == [(1,)]
         stop(second)
     finally:
         for run in runs:

@@ -1,4 +1,4 @@
-"""The layering runs one way: core -> jobs -> runs -> dispatch -> ops -> scheduler_site
+"""The layering runs one way: core -> accounts -> jobs -> runs -> dispatch -> ops -> scheduler_site
 (tools/import_graph.py). An import against it, or a cycle, fails the suite."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def run(root: Path) -> subprocess.CompletedProcess[str]:
 
 
 def write(root: Path, files: dict[str, str]) -> None:
-    for name in ("core", "jobs", "runs", "dispatch", "ops", "scheduler_site"):
+    for name in ("core", "accounts", "jobs", "runs", "dispatch", "ops", "scheduler_site"):
         (root / name).mkdir(parents=True, exist_ok=True)
         (root / name / "__init__.py").touch()
     for path, text in files.items():
@@ -30,7 +30,7 @@ def test_every_package_imports_only_the_layers_below_it():
     result = run(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     imports = dict(line.split(None, 1) for line in result.stdout.splitlines()[1:])
-    allowed = ["core", "jobs", "runs", "dispatch", "ops", "scheduler_site"]
+    allowed = ["core", "accounts", "jobs", "runs", "dispatch", "ops", "scheduler_site"]
     assert list(imports) == allowed
     for package, targets in imports.items():
         below = allowed[: allowed.index(package)]

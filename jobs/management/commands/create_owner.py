@@ -1,8 +1,9 @@
 """``manage.py create_owner USERNAME [--password P] [--superuser]``
 
 Creates a job owner who can use the admin and the API: a staff user in the
-"Job owners" group (whose permissions a migration sets), with a DRF token. The
-token is the last line of the output, so a script can take it with ``tail -1``.
+"Job owners" group (whose permissions a migration sets), with an API token. The
+token's key is the last line of the output, so a script can take it with
+``tail -1``; it is shown this once (only its digest is stored).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError, transaction
-from rest_framework.authtoken.models import Token
+
+from accounts import tokens
 
 OWNERS_GROUP = "Job owners"
 
@@ -32,17 +34,18 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, username: str, password: str | None, superuser: bool, **options):
-        user = create_owner(username, password=password, superuser=superuser)
+        user, key = create_owner(username, password=password, superuser=superuser)
         kind = "superuser" if superuser else "owner"
         self.stdout.write(f"Created {kind} {user.username!r} in the {OWNERS_GROUP!r} group.")
         if password is None:
             self.stdout.write("No password set: API access only until one is set.")
-        self.stdout.write(Token.objects.get(user=user).key)
+        self.stdout.write(key)
 
 
 def create_owner(username: str, *, password: str | None, superuser: bool):
     """Validate everything first, then create the user, group membership and
-    token in one transaction: a failure leaves nothing behind."""
+    token in one transaction: a failure leaves nothing behind. Returns the
+    user and the token's key."""
     User = get_user_model()
     username = username.strip()
     try:
@@ -68,8 +71,8 @@ def create_owner(username: str, *, password: str | None, superuser: bool):
             user.save()
             group, _ = Group.objects.get_or_create(name=OWNERS_GROUP)
             user.groups.add(group)
-            Token.objects.create(user=user)
+            _, key = tokens.issue(user)
     except IntegrityError:
         # Another create_owner took the name between our check and our insert.
         raise CommandError(f"A user named {username!r} already exists.") from None
-    return user
+    return user, key

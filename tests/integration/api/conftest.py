@@ -7,6 +7,7 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
+from accounts.throttles import WindowRateThrottle
 from jobs import targets
 from tests.integration.api.support import token_client
 
@@ -31,11 +32,23 @@ def _settings(settings):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_throttles():
-    # DRF keeps request histories in the default (per-process) cache.
-    cache.clear()
+def _fresh_throttles(request):
+    """The rate-limit counters live in the database cache: each test's
+    transaction rolls its own back, but a transactional test commits them."""
+    transactional = "transactional_db" in request.fixturenames
+    if transactional:
+        request.getfixturevalue("transactional_db")
+        cache.clear()
     yield
-    cache.clear()
+    if transactional:
+        cache.clear()
+
+
+@pytest.fixture
+def unlimited(monkeypatch):
+    """No rate limits, for the tests that count a request's statements: the
+    limiter's own statements on the database cache would only blur them."""
+    monkeypatch.setattr(WindowRateThrottle, "THROTTLE_RATES", {"user": None, "anon": None})
 
 
 @pytest.fixture

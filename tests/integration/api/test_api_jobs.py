@@ -7,8 +7,8 @@ import threading
 
 import pytest
 from django.db import connection
-from rest_framework.throttling import UserRateThrottle
 
+from accounts.throttles import OwnerRateThrottle
 from core.db import db_now
 from jobs.models import Job, JobEvent
 from runs import job_verbs
@@ -354,7 +354,7 @@ def test_superusers_see_every_owner_s_jobs(admin_api, owner, other_owner):
 
 
 def test_the_throttle_is_per_owner_and_answers_429_json(api, other_api, monkeypatch):
-    monkeypatch.setattr(UserRateThrottle, "THROTTLE_RATES", {"user": "3/min"})
+    monkeypatch.setattr(OwnerRateThrottle, "THROTTLE_RATES", {"user": "3/day", "anon": "60/min"})
     assert [api.get(JOBS).status_code for _ in range(3)] == [200, 200, 200]
     limited = api.get(JOBS)
     assert limited.status_code == 429 and "detail" in limited.json()

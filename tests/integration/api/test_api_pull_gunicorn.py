@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,12 +17,13 @@ from pathlib import Path
 import pytest
 import requests
 from django.conf import settings
-from rest_framework.authtoken.models import Token
 
 from runs import job_verbs
 from runs.models import Attempt, Run
 from tests.database import subprocess_database_url
 from tests.factories import make_job
+from tests.integration.api.support import api_key
+from tests.processes.conftest import free_port
 
 pytestmark = [pytest.mark.processes]
 
@@ -31,12 +31,6 @@ BIN = Path(sys.executable).parent
 # Generous: a cold gunicorn on a busy machine takes a while to answer its first request.
 READY_WITHIN = 120.0
 RECLAIM_WITHIN = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -85,7 +79,7 @@ def test_pull_worker_over_http_reclaims_an_expired_lease_and_fences_the_stale_wo
     gunicorn, django_user_model
 ):
     owner = django_user_model.objects.create_user("puller", is_staff=True)
-    token = Token.objects.create(user=owner).key
+    token = api_key(owner)
     job = make_job(owner, target_kind="pull", url="", timeout_seconds=120, max_attempts=3)
     run = job_verbs.trigger(job)
     http = requests.Session()

@@ -11,9 +11,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from standardwebhooks.webhooks import Webhook
 
+from accounts import tokens
+from accounts.models import ApiToken
 from dispatch import webhooks
 from jobs import crypto
 from jobs.models import Job
@@ -75,12 +76,13 @@ def test_demo_creates_the_owner_the_token_and_the_job_once(demo_settings, tmp_pa
     first = run_demo()
     user = get_user_model().objects.get(username="admin")
     assert user.is_superuser and user.is_staff
-    token = Token.objects.get(user=user)
-    assert first.strip().splitlines()[-1] == f"API token: {token.key}"
+    key = first.strip().splitlines()[-1].removeprefix("API token: ")
+    assert tokens.key_matches(user, key)
+    assert f'curl -H "Authorization: Token {key}"' in first
     password = re.search(r"user admin  password (\S+)", first)[1]
     assert user.check_password(password)
     stored = (tmp_path / "var" / "demo-credentials.txt").read_text()
-    assert f"password={password}" in stored
+    assert f"password={password}" in stored and f"token={key}" in stored
     assert (tmp_path / "var" / "demo-credentials.txt").stat().st_mode & 0o077 == 0
 
     job = demo_job()
@@ -91,12 +93,21 @@ def test_demo_creates_the_owner_the_token_and_the_job_once(demo_settings, tmp_pa
     second = run_demo()
     assert "already set up" in second
     assert f"password {password}" in second
-    assert second.strip().splitlines()[-1] == f"API token: {token.key}"
+    assert second.strip().splitlines()[-1] == f"API token: {key}"
     assert get_user_model().objects.count() == 1
     assert Job.objects.count() == 1
-    assert Token.objects.count() == 1
+    assert ApiToken.objects.count() == 1
     user.refresh_from_db()
     assert user.check_password(password)
+
+    # Rotated elsewhere (the admin, the API): the stored key no longer works,
+    # so the next run makes and stores a new one.
+    tokens.issue(user)
+    third = run_demo()
+    new_key = third.strip().splitlines()[-1].removeprefix("API token: ")
+    assert new_key != key and tokens.key_matches(user, new_key)
+    assert f"token={new_key}" in (tmp_path / "var" / "demo-credentials.txt").read_text()
+    assert f"password {password}" in third
 
 
 def test_demo_never_resets_an_existing_admin_password(demo_settings, django_user_model):

@@ -1,9 +1,10 @@
 """``manage.py demo``: the demo owner and job that ``make run`` starts with.
 
 Idempotent: a second run finds the owner, its token and its job, and changes
-nothing. The owner's password is generated once and kept in
-``var/demo-credentials.txt`` (mode 0600), so re-running prints it again
-instead of resetting it.
+nothing. The owner's password and API key are generated once and kept in
+``var/demo-credentials.txt`` (mode 0600), so re-running prints them again
+instead of resetting them (the database holds only the key's digest). A key
+that no longer works (rotated or revoked in the admin) is replaced.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
-from rest_framework.authtoken.models import Token
 
+from accounts import tokens
 from jobs.models import Channel, Job
 
 USERNAME = "admin"
@@ -28,22 +29,30 @@ def credentials_file() -> Path:
     return Path(settings.BASE_DIR) / "var" / "demo-credentials.txt"
 
 
-def stored_password(path: Path) -> str | None:
+def stored(path: Path, name: str) -> str | None:
+    """The value of ``name=...`` in the credentials file, if any."""
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
         return None
     for line in lines:
         key, _, value = line.partition("=")
-        if key.strip() == "password" and value.strip():
+        if key.strip() == name and value.strip():
             return value.strip()
     return None
 
 
-def store_password(path: Path, password: str) -> None:
+def store(path: Path, name: str, value: str) -> None:
+    """Set ``name=value`` in the credentials file, keeping its other lines."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.touch(mode=0o600, exist_ok=True)
-    path.write_text(f"username={USERNAME}\npassword={password}\n")
+    values = {"username": USERNAME}
+    for line in path.read_text().splitlines():
+        key, _, old = line.partition("=")
+        if key.strip():
+            values[key.strip()] = old.strip()
+    values[name] = value
+    path.write_text("".join(f"{key}={val}\n" for key, val in values.items()))
 
 
 class Command(BaseCommand):
@@ -63,7 +72,7 @@ class Command(BaseCommand):
             raise CommandError("--interval must be between 1 and 31536000 seconds")
         with transaction.atomic():
             user, password = self.ensure_owner()
-            token, _ = Token.objects.get_or_create(user=user)
+            key = self.ensure_key(user)
             job, created = self.ensure_job(user, base, options["interval"])
         if not settings.PUNCTUAL_ALLOW_PRIVATE_TARGETS:
             self.stderr.write(
@@ -81,9 +90,9 @@ class Command(BaseCommand):
                     f"  receiver   {base}/demo/receiver/{job.pk}/",
                     f"  health     {base}/api/v1/health/",
                     f"  metrics    {base}/metrics",
-                    f'  API        curl -H "Authorization: Token {token.key}" {base}/api/v1/jobs/',
+                    f'  API        curl -H "Authorization: Token {key}" {base}/api/v1/jobs/',
                     "Stop everything with Ctrl-C.",
-                    f"API token: {token.key}",
+                    f"API token: {key}",
                 ]
             )
         )
@@ -92,14 +101,23 @@ class Command(BaseCommand):
         """The demo superuser; its password is created once, never reset."""
         User = get_user_model()
         path = credentials_file()
-        password = stored_password(path)
+        password = stored(path, "password")
         user = User.objects.filter(username=USERNAME).first()
         if user is None:
             if password is None:
                 password = secrets.token_urlsafe(12)
-                store_password(path, password)
+                store(path, "password", password)
             user = User.objects.create_superuser(USERNAME, email="", password=password)
         return user, password
+
+    def ensure_key(self, user) -> str:
+        """The stored API key while it is the owner's live token, else a new one."""
+        path = credentials_file()
+        key = stored(path, "token")
+        if key is None or not tokens.key_matches(user, key):
+            _, key = tokens.issue(user)
+            store(path, "token", key)
+        return key
 
     def ensure_job(self, user, base: str, interval: int) -> tuple[Job, bool]:
         job = Job.objects.live().filter(owner=user, name=JOB_NAME).first()
