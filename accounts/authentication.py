@@ -8,6 +8,7 @@ guessing keys is limited like any anonymous traffic.
 
 from __future__ import annotations
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
@@ -41,3 +42,18 @@ def _key(words: list[bytes]) -> str:
         return words[1].decode("ascii")
     except UnicodeDecodeError:
         raise tokens.TokenRefused("Invalid token: a key is ASCII only.") from None
+
+
+class ApiTokenScheme(OpenApiAuthenticationExtension):
+    """How the OpenAPI schema (and Swagger's "Authorize") describes the token header."""
+
+    target_class = ApiTokenAuthentication
+    name = "tokenAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": 'The API token, as "Token <key>" (or "Bearer <key>").',
+        }
