@@ -15,7 +15,6 @@ from django import forms
 from django.conf import settings
 from django.utils import timezone
 
-from core.errors import LimitExceeded
 from jobs import quotas, schedules
 from jobs.limits import MAX_LENGTHS, RANGES, max_payload_bytes, payload_size
 from jobs.models import Job, TargetKind
@@ -236,14 +235,14 @@ class JobForm(forms.ModelForm):
         if owner is None or self.errors:
             return
         limits = quotas.limits_for(owner)
+        new = self.instance._state.adding  # a new job's id is set already: not pk
         interval = data.get("interval_seconds")
-        if self.instance.pk is None or interval != self.instance.interval_seconds:
+        if new or interval != self.instance.interval_seconds:
             refusal = quotas.interval_refusal(limits, interval)
             if refusal:
                 self.add_error("interval_seconds", refusal)
                 return
-        if self.instance.pk is None:
-            try:
-                quotas.check_new_jobs(owner, 1, limits)
-            except LimitExceeded as exc:
-                raise forms.ValidationError(str(exc)) from None
+        if new:
+            refusal = quotas.new_jobs_refusal(owner, 1, limits)
+            if refusal is not None:
+                raise forms.ValidationError(str(refusal))

@@ -90,19 +90,24 @@ def interval_refusal(limits: Limits, interval_seconds: int | None) -> str | None
     )
 
 
-def check_new_jobs(owner, count: int, limits: Limits | None = None) -> None:
-    """Refuse ``count`` new jobs that would take ``owner`` past their live
-    jobs limit (of ``limits``, read if not given). Takes the owner's lock:
-    call it in the transaction that inserts them."""
+def new_jobs_refusal(owner, count: int, limits: Limits | None = None) -> LimitExceeded | None:
+    """The refusal of ``count`` new jobs that would take ``owner`` past their
+    live jobs limit (of ``limits``, read if not given), or None if they fit.
+
+    Takes the owner's lock: call it in the transaction that inserts the jobs.
+    The refusal is returned, not raised, so that the caller raises it after
+    leaving its transaction block: nothing was written, and a refusal does
+    not break an enclosing transaction (a savepoint-less block's error would).
+    """
     lock_owner(owner.pk)
     # The count is a statement of its own, after the lock: its snapshot then
     # holds every job that a create which held the lock before us committed.
     allowed = (limits or limits_for(owner)).jobs_per_owner
     live = Job.objects.live().filter(owner_id=owner.pk).count()
     if live + count <= allowed:
-        return
+        return None
     adding = "1 job" if count == 1 else f"{count:,} jobs"
-    raise LimitExceeded(
+    return LimitExceeded(
         JOBS,
         f"This owner has {live:,} live jobs and may have at most {allowed:,} ({JOBS});"
         f" adding {adding} would pass it. Delete jobs that are no longer needed, or ask an"

@@ -302,12 +302,13 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         try:
             # A savepoint only for a list, whose clash is named by a query below.
             with transaction.atomic(savepoint=len(jobs) > 1):
-                # The whole list, or none of it: under the owner's lock
-                # until the jobs are written.
-                quotas.check_new_jobs(request.user, len(jobs), limits)
-                Job.create_many(
-                    jobs, now=now, actor=request.user, channel=Channel.API, changes=changes
-                )
+                # The whole list, or none of it, decided under the owner's
+                # lock, which is held until the jobs are written.
+                refusal = quotas.new_jobs_refusal(request.user, len(jobs), limits)
+                if refusal is None:
+                    Job.create_many(
+                        jobs, now=now, actor=request.user, channel=Channel.API, changes=changes
+                    )
         except IntegrityError as exc:
             # The unique name per owner: a concurrent create took a name
             # after our check. The same 400 as the check's.
@@ -321,6 +322,8 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             if not clashes:
                 raise
             raise serializers.ValidationError(clashes) from None
+        if refusal is not None:
+            raise refusal
         return created
 
     def update(self, request, pk=None):
