@@ -238,9 +238,9 @@ class JobForm(forms.ModelForm):
         new = self.instance._state.adding  # a new job's id is set already: not pk
         interval = data.get("interval_seconds")
         if new or interval != self.instance.interval_seconds:
-            refusal = quotas.interval_refusal(limits, interval)
-            if refusal:
-                self.add_error("interval_seconds", refusal)
+            short = quotas.interval_refusal(limits, interval)
+            if short:
+                self.add_error("interval_seconds", short)
                 return
         if new:
             refusal = quotas.new_jobs_refusal(owner, 1, limits)

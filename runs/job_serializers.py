@@ -278,15 +278,14 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
     def _interval_refusal(self, attrs: dict[str, Any], job: Job | None) -> str | None:
         """The owner's minimum interval (jobs/quotas.py), for an interval this
         request sets: a job made before the limit keeps its interval through
-        edits that do not change it. The owner's limits are read once per
-        serializer, so once for a whole bulk create."""
+        edits that do not change it. A create's view reads the owner's limits
+        once and passes them as ``limits``, once for a whole bulk create."""
         interval = attrs.get("interval_seconds")
         if interval is None or (job is not None and interval == job.interval_seconds):
             return None
         limits = self.context.get("limits")
         if limits is None:
-            owner = job.owner if job is not None else self.context["owner"]
-            limits = self.context["limits"] = quotas.limits_for(owner)
+            limits = quotas.limits_for(job.owner if job is not None else self.context["owner"])
         return quotas.interval_refusal(limits, interval)
 
     def _name_taken(self, name: str, job: Job | None) -> bool:

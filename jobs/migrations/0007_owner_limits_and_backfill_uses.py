@@ -31,7 +31,10 @@ class Migration(migrations.Migration):
                     "jobs_per_owner",
                     models.PositiveIntegerField(
                         blank=True,
-                        help_text="The most jobs this owner may have (paused ones count). Empty: the default, PUNCTUAL_MAX_JOBS_PER_OWNER.",
+                        help_text=(
+                            "The most jobs this owner may have (paused ones count)."
+                            " Empty: the default, PUNCTUAL_MAX_JOBS_PER_OWNER."
+                        ),
                         null=True,
                         validators=[
                             django.core.validators.MinValueValidator(0),
@@ -44,7 +47,10 @@ class Migration(migrations.Migration):
                     "min_interval_seconds",
                     models.PositiveIntegerField(
                         blank=True,
-                        help_text="The shortest interval_seconds of this owner's jobs (1 to 60). Empty: the default, PUNCTUAL_MIN_INTERVAL_SECONDS.",
+                        help_text=(
+                            "The shortest interval_seconds of this owner's jobs (1 to 60)."
+                            " Empty: the default, PUNCTUAL_MIN_INTERVAL_SECONDS."
+                        ),
                         null=True,
                         validators=[
                             django.core.validators.MinValueValidator(1),
@@ -57,7 +63,10 @@ class Migration(migrations.Migration):
                     "backfill_runs_per_hour",
                     models.PositiveIntegerField(
                         blank=True,
-                        help_text="Runs this owner's backfills may create in any hour. Empty: the default, PUNCTUAL_BACKFILL_RUNS_PER_HOUR.",
+                        help_text=(
+                            "Runs this owner's backfills may create in any hour."
+                            " Empty: the default, PUNCTUAL_BACKFILL_RUNS_PER_HOUR."
+                        ),
                         null=True,
                         validators=[
                             django.core.validators.MinValueValidator(0),
@@ -70,7 +79,10 @@ class Migration(migrations.Migration):
                     "triggers_per_minute",
                     models.PositiveIntegerField(
                         blank=True,
-                        help_text="Manual runs of each of this owner's jobs in any minute. Empty: the default, PUNCTUAL_TRIGGERS_PER_MINUTE.",
+                        help_text=(
+                            "Manual runs of each of this owner's jobs in any minute."
+                            " Empty: the default, PUNCTUAL_TRIGGERS_PER_MINUTE."
+                        ),
                         null=True,
                         validators=[
                             django.core.validators.MinValueValidator(0),
