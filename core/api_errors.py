@@ -26,7 +26,7 @@ from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
-from core.errors import UserFacingError
+from core.errors import LimitExceeded, UserFacingError
 
 log = logging.getLogger("punctual.api")
 
@@ -54,6 +54,8 @@ class UnprocessableKey(exceptions.APIException):
 
 
 def exception_handler(exc, context):
+    if isinstance(exc, LimitExceeded):
+        return over_limit(exc)
     if isinstance(exc, Http404):
         # get_object_or_404 names the model, and says nothing at all for a
         # malformed id: one body for every missing object instead.
@@ -85,6 +87,21 @@ def exception_handler(exc, context):
     return Response({"detail": "Internal server error."}, status=500)
 
 
+def over_limit(exc: LimitExceeded) -> Response:
+    """An owner's limit refused the request (README "Owner limits"): 429 with
+    ``Retry-After`` when waiting frees room, 403 when it does not; the body
+    names the limit."""
+    set_rollback()
+    body = {"detail": str(exc), "limit": exc.limit}
+    if exc.retry_after is None:
+        return Response(body, status=status.HTTP_403_FORBIDDEN)
+    return Response(
+        body,
+        status=status.HTTP_429_TOO_MANY_REQUESTS,
+        headers={"Retry-After": str(exc.retry_after)},
+    )
+
+
 # -- OpenAPI ------------------------------------------------------------------
 
 ERROR_SCHEMA = {
@@ -99,13 +116,19 @@ ERROR_SCHEMA = {
 _COMMON_ERRORS = {
     400: "Invalid input: the body names each offending field.",
     401: "No valid credentials.",
-    403: "Authenticated, but not allowed (a session without its CSRF token).",
+    403: (
+        "Authenticated, but not allowed: a session without its CSRF token, or over one of"
+        ' the owner\'s limits ({"detail": ..., "limit": "jobs_per_owner"}).'
+    ),
     404: "No such object, or it belongs to another owner.",
     405: "Method not allowed.",
     406: "Only application/json responses are available.",
     413: "The request body is too large.",
     415: "The body must be application/json.",
-    429: "Too many requests for this owner; see Retry-After.",
+    429: (
+        "Too many requests for this owner, or over one of its rate limits"
+        ' ({"detail": ..., "limit": "triggers_per_minute"}); see Retry-After.'
+    ),
 }
 
 

@@ -15,8 +15,8 @@ from django import forms
 from django.conf import settings
 from django.utils import timezone
 
-from jobs import schedules
-from jobs.limits import MAX_LENGTHS, MAX_PAYLOAD_BYTES, RANGES, payload_size
+from jobs import quotas, schedules
+from jobs.limits import MAX_LENGTHS, RANGES, max_payload_bytes, payload_size
 from jobs.models import Job, TargetKind
 from jobs.targets import UnsafeTargetError, check_url
 
@@ -120,9 +120,10 @@ class JobForm(forms.ModelForm):
                 "are refused unless PUNCTUAL_ALLOW_PRIVATE_TARGETS is set."
             )
         if "payload" in self.fields:
-            self.fields[
-                "payload"
-            ].help_text = "A JSON object sent as data.payload in every delivery (at most 64 KiB)."
+            self.fields["payload"].help_text = (
+                "A JSON object sent as data.payload in every delivery"
+                f" (at most {max_payload_bytes():,} bytes)."
+            )
 
     # -- fields
 
@@ -148,9 +149,10 @@ class JobForm(forms.ModelForm):
         if not isinstance(payload, dict):
             raise forms.ValidationError('The payload must be a JSON object, such as {"key": 1}.')
         size = payload_size(payload)
-        if size > MAX_PAYLOAD_BYTES:
+        if size > max_payload_bytes():
             raise forms.ValidationError(
-                f"The payload must be at most 64 KiB once serialized (it is {size:,} bytes)."
+                f"The payload must be at most {max_payload_bytes():,} bytes once serialized"
+                f" (it is {size:,} bytes)."
             )
         return payload
 
@@ -170,7 +172,13 @@ class JobForm(forms.ModelForm):
         self._clean_schedule(data)
         self._clean_target(data)
         self._clean_name(data)
+        self._clean_owner_limits(data)
         return data
+
+    def _owner(self, data: dict) -> User | None:
+        """The job's owner: chosen in the form (superusers), or the job's, or
+        the signed-in user's for a new job."""
+        return data.get("owner") or (self.instance.owner if self.instance.owner_id else None)
 
     def _clean_schedule(self, data: dict) -> None:
         if any(f in self.errors for f in ("cron", "interval_seconds", "timezone", "start_at")):
@@ -211,9 +219,30 @@ class JobForm(forms.ModelForm):
         database constraint names ``owner``, which the form may not carry, and
         an IntegrityError would otherwise be a 500."""
         name = data.get("name")
-        owner = data.get("owner") or (self.instance.owner if self.instance.owner_id else None)
+        owner = self._owner(data)
         if not name or owner is None:
             return
         clash = Job.objects.live().filter(owner=owner, name=name).exclude(pk=self.instance.pk)
         if clash.exists():
             self.add_error("name", "You already have a job with this name.")
+
+    def _clean_owner_limits(self, data: dict) -> None:
+        """The owner's limits (jobs/quotas.py): the minimum interval, for an
+        interval the form sets or changes, and for a new job the live jobs
+        quota. The admin saves inside a transaction, so the quota's lock is
+        held until the job is written."""
+        owner = self._owner(data)
+        if owner is None or self.errors:
+            return
+        limits = quotas.limits_for(owner)
+        new = self.instance._state.adding  # a new job's id is set already: not pk
+        interval = data.get("interval_seconds")
+        if new or interval != self.instance.interval_seconds:
+            short = quotas.interval_refusal(limits, interval)
+            if short:
+                self.add_error("interval_seconds", short)
+                return
+        if new:
+            refusal = quotas.new_jobs_refusal(owner, 1, limits)
+            if refusal is not None:
+                raise forms.ValidationError(str(refusal))

@@ -5,6 +5,10 @@ bounds from here, so the two ways in accept and refuse exactly the same
 values; tests/integration/test_job_limits.py walks every boundary through
 both. The schedule's own limits stay with the schedule rules
 (``jobs.schedules``) and are only listed here.
+
+The per-owner limits (README "Owner limits") are listed here too, with their
+settings and the range a setting or an owner's override may take; the
+decisions and the refusals are in ``jobs.quotas``.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import TypedDict
 
+from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 
 from jobs.schedules import MAX_CRON_LENGTH, MAX_INTERVAL_SECONDS
@@ -60,7 +65,31 @@ MAX_LENGTHS: dict[str, int] = {
     "url": 2000,
 }
 
-MAX_PAYLOAD_BYTES = 64 * 1024
+# Each per-owner limit: the setting that holds its default, and the range
+# that setting and an owner's override (jobs.OwnerLimits, the same field
+# name) may take. The minimum interval stops at 60 s, cron's own
+# granularity, so no cron schedule ever needs checking against it.
+OWNER_LIMITS: dict[str, tuple[str, Range]] = {
+    "jobs_per_owner": ("PUNCTUAL_MAX_JOBS_PER_OWNER", Range(0, 10_000_000)),
+    "min_interval_seconds": ("PUNCTUAL_MIN_INTERVAL_SECONDS", Range(1, 60)),
+    "backfill_runs_per_hour": ("PUNCTUAL_BACKFILL_RUNS_PER_HOUR", Range(0, 100_000_000)),
+    "triggers_per_minute": ("PUNCTUAL_TRIGGERS_PER_MINUTE", Range(0, 1_000_000)),
+}
+
+# Every limit setting: its default, and the range settings.py accepts. A
+# payload travels inside a request body of at most 1 MiB.
+LIMIT_SETTINGS: dict[str, tuple[int, Range]] = {
+    "PUNCTUAL_MAX_JOBS_PER_OWNER": (1000, OWNER_LIMITS["jobs_per_owner"][1]),
+    "PUNCTUAL_MIN_INTERVAL_SECONDS": (10, OWNER_LIMITS["min_interval_seconds"][1]),
+    "PUNCTUAL_BACKFILL_RUNS_PER_HOUR": (10_000, OWNER_LIMITS["backfill_runs_per_hour"][1]),
+    "PUNCTUAL_TRIGGERS_PER_MINUTE": (10, OWNER_LIMITS["triggers_per_minute"][1]),
+    "PUNCTUAL_MAX_PAYLOAD_BYTES": (64 * 1024, Range(1024, 512 * 1024)),
+}
+
+
+def max_payload_bytes() -> int:
+    """The largest payload a job may carry (``PUNCTUAL_MAX_PAYLOAD_BYTES``)."""
+    return settings.PUNCTUAL_MAX_PAYLOAD_BYTES
 
 
 def payload_size(value: object) -> int:

@@ -20,7 +20,7 @@ from django.db.models import F, Q
 
 from core.db import db_now, insert_rows
 from jobs import crypto, history
-from jobs.limits import MAX_LENGTHS, RANGES
+from jobs.limits import MAX_LENGTHS, OWNER_LIMITS, RANGES
 from jobs.schedules import Schedule
 
 ROTATION_OVERLAP = dt.timedelta(hours=24)
@@ -450,3 +450,77 @@ class IdempotencyKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} ({self.status_code})"
+
+
+def _override(name: str, label: str, help_text: str) -> models.PositiveIntegerField:
+    """An OwnerLimits field: empty means the setting's default."""
+    setting, bounds = OWNER_LIMITS[name]
+    return models.PositiveIntegerField(
+        label,
+        null=True,
+        blank=True,
+        validators=bounds.validators(),
+        help_text=f"{help_text} Empty: the default, {setting}.",
+    )
+
+
+class OwnerLimits(models.Model):
+    """One owner's own limits, where they differ from the defaults (README
+    "Owner limits"). Only superusers see or change these rows (jobs/admin.py);
+    jobs/quotas.py reads them."""
+
+    owner = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        primary_key=True,
+        on_delete=models.CASCADE,
+        related_name="owner_limits",
+    )
+    jobs_per_owner = _override(
+        "jobs_per_owner", "live jobs", "The most jobs this owner may have (paused ones count)."
+    )
+    min_interval_seconds = _override(
+        "min_interval_seconds",
+        "minimum interval (seconds)",
+        "The shortest interval_seconds of this owner's jobs (1 to 60).",
+    )
+    backfill_runs_per_hour = _override(
+        "backfill_runs_per_hour",
+        "backfill runs per hour",
+        "Runs this owner's backfills may create in any hour.",
+    )
+    triggers_per_minute = _override(
+        "triggers_per_minute",
+        "triggers per minute",
+        "Manual runs of each of this owner's jobs in any minute.",
+    )
+    note = models.CharField(
+        max_length=500, blank=True, default="", help_text="Why this owner has these limits."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "owner limits"
+        verbose_name_plural = "owner limits"
+
+    def __str__(self) -> str:
+        return f"limits of {self.owner}"
+
+
+class BackfillUse(models.Model):
+    """The runs one backfill created, for the owner's hourly backfill limit
+    (jobs/quotas.py). Runs cannot say when they were made cheaply (the runs
+    table is partitioned by the fire's time, and a backfill's fires are in
+    the past), so each backfill writes a row here, and the next backfill of
+    the same owner deletes the rows older than the hour."""
+
+    id = models.BigAutoField(primary_key=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    # The database's time of the backfill.
+    used_at = models.DateTimeField()
+    runs = models.PositiveIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["owner", "used_at"], name="backfilluse_owner_used_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.runs} backfill runs at {self.used_at:%Y-%m-%d %H:%M:%S}"

@@ -32,6 +32,7 @@ from django.views.decorators.http import require_POST
 
 from core.admin_base import BigTableAdmin, OwnerScopedAdmin
 from core.db import db_now
+from core.errors import LimitExceeded
 from jobs import crypto, schedules
 from jobs.display import describe_schedule, missed_text, relative, short_duration
 from jobs.forms import JobForm
@@ -635,10 +636,21 @@ class JobAdmin(OwnerScopedAdmin):
 
     @admin.action(description="Trigger selected jobs now", permissions=["change"])
     def trigger_jobs(self, request, queryset):
+        """Each job that its owner's triggers per minute allows gets a manual
+        run; each refused one is named with the limit's message."""
         jobs = list(queryset)
-        for job in jobs:
-            job_verbs.trigger(job, actor=request.user, channel=Channel.ADMIN)
-        self._report(request, "Triggered", jobs, jobs)
+        done = [job for job in jobs if self._trigger(request, job) is not None]
+        self._report(request, "Triggered", done, done)
+
+    def _trigger(self, request, job: Job) -> Run | None:
+        """A manual run of ``job``, or None with the refusal shown."""
+        try:
+            return job_verbs.trigger(job, actor=request.user, channel=Channel.ADMIN)
+        except LimitExceeded as exc:
+            self.message_user(request, f"“{job}” was not triggered: {exc}", messages.ERROR)
+        except Job.DoesNotExist:
+            self.message_user(request, f"“{job}” was deleted meanwhile.", messages.WARNING)
+        return None
 
     def _report(self, request, verb: str, done: list[Job], selected) -> None:
         skipped = len(selected) - len(done)
@@ -687,7 +699,9 @@ class JobAdmin(OwnerScopedAdmin):
 
     def test_delivery_view(self, request, object_id):
         job = self._changeable(request, object_id)
-        run = job_verbs.trigger(job, actor=request.user, channel=Channel.ADMIN)
+        run = self._trigger(request, job)
+        if run is None:
+            return redirect("admin:jobs_job_change", job.pk)
         self.message_user(
             request,
             "Test delivery queued as a manual run. This page follows it until it finishes.",

@@ -25,7 +25,8 @@ from core.api_fields import (
     StrictSerializer,
     UtcDateTimeField,
 )
-from jobs.limits import MAX_LENGTHS, MAX_PAYLOAD_BYTES, RANGES, payload_size
+from jobs import quotas
+from jobs.limits import MAX_LENGTHS, RANGES, max_payload_bytes, payload_size
 from jobs.models import Job, JobEvent, JobState, MisfirePolicy, OverlapPolicy, TargetKind
 from jobs.schedules import Schedule, ScheduleError, validate_cron, validate_timezone
 from jobs.targets import UnsafeTargetError, check_url
@@ -39,17 +40,15 @@ SCHEDULE_FIELDS = ("cron", "interval_seconds", "timezone", "start_at")
 class PayloadField(serializers.Field):
     default_error_messages = {
         "not_object": "Must be a JSON object.",
-        "too_large": (
-            f"Must be at most {MAX_PAYLOAD_BYTES:,} bytes once serialized as JSON (got {{size:,}})."
-        ),
+        "too_large": "Must be at most {most:,} bytes once serialized as JSON (got {size:,}).",
     }
 
     def to_internal_value(self, data):
         if not isinstance(data, dict):
             self.fail("not_object")
         size = payload_size(data)
-        if size > MAX_PAYLOAD_BYTES:
-            self.fail("too_large", size=size)
+        if size > max_payload_bytes():
+            self.fail("too_large", most=max_payload_bytes(), size=size)
         return data
 
     def to_representation(self, value):
@@ -269,9 +268,25 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
             errors["url"] = ["A webhook job needs a URL."]
         if "name" in attrs and self._name_taken(attrs["name"], job):
             errors["name"] = ["You already have a job with this name."]
+        refusal = self._interval_refusal(attrs, job)
+        if refusal and "interval_seconds" not in errors:
+            errors["interval_seconds"] = [refusal]
         if errors:
             raise serializers.ValidationError(errors)
         return attrs
+
+    def _interval_refusal(self, attrs: dict[str, Any], job: Job | None) -> str | None:
+        """The owner's minimum interval (jobs/quotas.py), for an interval this
+        request sets: a job made before the limit keeps its interval through
+        edits that do not change it. A create's view reads the owner's limits
+        once and passes them as ``limits``, once for a whole bulk create."""
+        interval = attrs.get("interval_seconds")
+        if interval is None or (job is not None and interval == job.interval_seconds):
+            return None
+        limits = self.context.get("limits")
+        if limits is None:
+            limits = quotas.limits_for(job.owner if job is not None else self.context["owner"])
+        return quotas.interval_refusal(limits, interval)
 
     def _name_taken(self, name: str, job: Job | None) -> bool:
         taken = self.context.get("taken_names")

@@ -26,7 +26,7 @@ from django.db import transaction
 from django.db.models import F
 
 from core.db import db_now
-from jobs import history
+from jobs import history, quotas
 from jobs.models import Channel, Job, JobState, OverlapPolicy
 from runs import identity, notify, planning
 from runs.models import Reason, Run, RunKind, RunState
@@ -223,6 +223,10 @@ def trigger(
     within 24 hours and serialises concurrent ones, and this covers a repeat
     after the answer expired, whose new run would otherwise collide with the
     first one's id.
+
+    A new manual run counts against the owner's triggers per minute
+    (jobs/quotas.py), under the job's row lock, so that concurrent triggers
+    cannot pass the limit together; over it, nothing is written.
     """
     now = db_now()
     if idempotency_key is not None:
@@ -232,6 +236,12 @@ def trigger(
             return earlier
     else:
         run_id = identity.fire_id(job.pk, now)
+    current = job.locked()
+    if current is None:
+        raise Job.DoesNotExist("The job was deleted.")
+    quotas.check_triggers(
+        current.owner, Run.objects.manual_since(job.pk, now - quotas.TRIGGER_WINDOW), now
+    )
     run = Run.objects.create(
         id=run_id,
         job=job,
@@ -260,7 +270,8 @@ def backfill(
     """Every slot in [start, end) without a run becomes a ``backfill`` run.
 
     Slots that already have a run are left alone (the unique fire key makes
-    a repeated backfill harmless).
+    a repeated backfill harmless). The new runs count against the owner's
+    backfill runs per hour (jobs/quotas.py); over it, nothing is written.
     """
     slots = job.schedule.fires_between(start, end, limit=MAX_BACKFILL)
     taken = set(
@@ -269,6 +280,7 @@ def backfill(
     free = [s for s in slots if s not in taken]
     created = 0
     if not dry_run and free:
+        quotas.spend_backfill(job.owner, len(free), db_now())
         created = Run.objects.create_for_fires(job, free, kind=RunKind.BACKFILL)
         job.record_event(
             "backfilled",

@@ -38,7 +38,7 @@ from core.api_base import ApiViewMixin, check_if_match, etag
 from core.api_errors import UnprocessableKey, error_response
 from core.api_fields import EmptySerializer
 from core.db import db_now
-from jobs import crypto, idempotency
+from jobs import crypto, idempotency, quotas
 from jobs.models import Channel, Job, JobEvent
 from jobs.schedules import Schedule, cron_risks
 from jobs.targets import memo_resolver
@@ -222,12 +222,13 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         now = db_now()
         # One serializer both ways: building DRF fields costs more than using them.
         # A new job has no runs, so no query looks for its last one.
+        limits = quotas.limits_for(request.user)
         body = JobSerializer(
             data=request.data,
-            context=self.context(owner=request.user, now=now, last_runs={}),
+            context=self.context(owner=request.user, now=now, last_runs={}, limits=limits),
         )
         body.is_valid(raise_exception=True)
-        [(job, secret)] = self._insert(request, [body.validated_data], now)
+        [(job, secret)] = self._insert(request, [body.validated_data], now, limits)
         data = {**body.to_representation(job), "secret": secret}
         return Response(data, status=status.HTTP_201_CREATED, headers={"ETag": etag(job.version)})
 
@@ -251,6 +252,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
                 }
             )
         now = db_now()
+        limits = quotas.limits_for(request.user)
         body = JobSerializer(
             context=self.context(
                 owner=request.user,
@@ -258,6 +260,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
                 last_runs={},
                 taken_names=_taken_names(request.user, items),
                 resolve=memo_resolver(),
+                limits=limits,
             )
         )
         errors: dict[str, Any] = {}
@@ -277,12 +280,15 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             raise serializers.ValidationError(errors)
         # Validating a thousand jobs takes a while: the jobs start from the
         # database's time as they are written, not as the request arrived.
-        created = self._insert(request, valid, db_now())
+        created = self._insert(request, valid, db_now(), limits)
         data = [{**body.to_representation(job), "secret": secret} for job, secret in created]
         return Response(data, status=status.HTTP_201_CREATED)
 
-    def _insert(self, request: Request, validated: Validated, now: dt.datetime) -> Created:
-        """Insert the jobs with their spans and events; each with its plain
+    def _insert(
+        self, request: Request, validated: Validated, now: dt.datetime, limits: quotas.Limits
+    ) -> Created:
+        """Insert the jobs with their spans and events, if the owner's live
+        jobs limit (``limits``) has room for all of them; each with its plain
         secret, made here rather than by the model so it can be answered once."""
         assert request.user.is_authenticated  # IsAuthenticated, the API's default permission
         created: Created = []
@@ -296,9 +302,13 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         try:
             # A savepoint only for a list, whose clash is named by a query below.
             with transaction.atomic(savepoint=len(jobs) > 1):
-                Job.create_many(
-                    jobs, now=now, actor=request.user, channel=Channel.API, changes=changes
-                )
+                # The whole list, or none of it, decided under the owner's
+                # lock, which is held until the jobs are written.
+                refusal = quotas.new_jobs_refusal(request.user, len(jobs), limits)
+                if refusal is None:
+                    Job.create_many(
+                        jobs, now=now, actor=request.user, channel=Channel.API, changes=changes
+                    )
         except IntegrityError as exc:
             # The unique name per owner: a concurrent create took a name
             # after our check. The same 400 as the check's.
@@ -312,6 +322,8 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             if not clashes:
                 raise
             raise serializers.ValidationError(clashes) from None
+        if refusal is not None:
+            raise refusal
         return created
 
     def update(self, request, pk=None):

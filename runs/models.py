@@ -80,6 +80,16 @@ class RunQuerySet(models.QuerySet["Run"]):
             return self
         return self.filter(job__owner=user)
 
+    def manual_since(self, job_id, since: dt.datetime) -> list[dt.datetime]:
+        """When ``job_id``'s manual runs since ``since`` were made: a manual
+        run is scheduled at its trigger's time, so the (job, scheduled_at)
+        index and the day partitions find them."""
+        return list(
+            self.filter(job_id=job_id, kind=RunKind.MANUAL, scheduled_at__gte=since).values_list(
+                "scheduled_at", flat=True
+            )
+        )
+
     def cancel_waiting(self, *, job_id, reason: str, now: dt.datetime) -> int:
         """pending/retrying -> cancelled. A running run is left to finish its
         attempt; its retry, if any, is cancelled when it completes."""

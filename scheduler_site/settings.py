@@ -12,6 +12,7 @@ from urllib.parse import unquote
 
 import environ
 
+from jobs.limits import LIMIT_SETTINGS
 from scheduler_site import localdb
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -69,6 +70,27 @@ PUNCTUAL_LISTEN = env("PUNCTUAL_LISTEN")
 PUNCTUAL_POLL_SECONDS = env("PUNCTUAL_POLL_SECONDS")
 if not 0.01 <= PUNCTUAL_POLL_SECONDS <= 3600:
     raise environ.ImproperlyConfigured("PUNCTUAL_POLL_SECONDS must be between 0.01 and 3600")
+
+
+def _limit(name: str) -> int:
+    """An owner limit's default, or the payload limit (README "Owner limits"),
+    within the range jobs/limits.py gives it."""
+    default, bounds = LIMIT_SETTINGS[name]
+    value = env.int(name, default=default)
+    if not bounds.min <= value <= bounds.max:
+        raise environ.ImproperlyConfigured(
+            f"{name} must be between {bounds.min:,} and {bounds.max:,} (got {value:,})"
+        )
+    return value
+
+
+# The defaults of the per-owner limits; a superuser sets other values for one
+# owner in the admin (jobs.OwnerLimits).
+PUNCTUAL_MAX_JOBS_PER_OWNER = _limit("PUNCTUAL_MAX_JOBS_PER_OWNER")
+PUNCTUAL_MIN_INTERVAL_SECONDS = _limit("PUNCTUAL_MIN_INTERVAL_SECONDS")
+PUNCTUAL_BACKFILL_RUNS_PER_HOUR = _limit("PUNCTUAL_BACKFILL_RUNS_PER_HOUR")
+PUNCTUAL_TRIGGERS_PER_MINUTE = _limit("PUNCTUAL_TRIGGERS_PER_MINUTE")
+PUNCTUAL_MAX_PAYLOAD_BYTES = _limit("PUNCTUAL_MAX_PAYLOAD_BYTES")
 
 # The demo app (ops.demo): the built-in receiver that `make run` delivers to.
 PUNCTUAL_DEMO = env("PUNCTUAL_DEMO")

@@ -12,8 +12,8 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 from django.urls import reverse
 
-from jobs.limits import MAX_LENGTHS, MAX_PAYLOAD_BYTES, RANGES, payload_size
-from jobs.models import Job
+from jobs.limits import MAX_LENGTHS, RANGES, max_payload_bytes, payload_size
+from jobs.models import Job, OwnerLimits
 from tests.admin_support import make_owner
 from tests.integration.api.support import PUBLIC_URL, token_client
 
@@ -70,8 +70,8 @@ def cases() -> list[tuple[str, object, bool]]:
             continue  # a choice among zone names in the admin, not free text
         out.append((field, text(field, length), True))
         out.append((field, text(field, length + 1), False))
-    out.append(("payload", payload_of(MAX_PAYLOAD_BYTES), True))
-    out.append(("payload", payload_of(MAX_PAYLOAD_BYTES + 1), False))
+    out.append(("payload", payload_of(max_payload_bytes()), True))
+    out.append(("payload", payload_of(max_payload_bytes() + 1), False))
     return out
 
 
@@ -134,6 +134,9 @@ def test_every_limit_has_its_boundaries_walked():
 @pytest.mark.parametrize("field,value,valid", CASES, ids=[_id(c) for c in CASES])
 def test_admin_and_api_agree_at_each_boundary(field, value, valid):
     owner = make_owner("limits-owner")
+    # The field's own bounds: the owner's minimum interval (README "Owner
+    # limits", tests/integration/test_owner_limits.py) is lowered to them.
+    OwnerLimits.objects.create(owner=owner, min_interval_seconds=RANGES["interval_seconds"].min)
     admin = Client()
     admin.force_login(owner)
     api = token_client(owner)

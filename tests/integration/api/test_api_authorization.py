@@ -30,7 +30,7 @@ WINDOW = {"start": "2026-01-01T00:00:00Z", "end": "2026-01-01T01:00:00Z"}
 MATRIX: dict[str, dict[str, dict | None]] = {
     "job-detail": {
         "get": None,
-        "put": {"name": "taken over", "interval_seconds": 5, "url": PUBLIC_URL},
+        "put": {"name": "taken over", "interval_seconds": 600, "url": PUBLIC_URL},
         "patch": {"description": "taken over"},
         "delete": None,
     },

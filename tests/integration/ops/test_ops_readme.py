@@ -93,6 +93,7 @@ def test_the_configuration_table_names_every_setting_the_code_reads():
     settings_py = (ROOT / "scheduler_site" / "settings.py").read_text()
     read = set(re.findall(r"""env(?:\.\w+)?\(\s*["'](\w+)["']""", settings_py))
     read |= set(re.findall(r"^\s+(\w+)=\(", settings_py, re.M))  # environ.Env(NAME=(type, default))
+    read |= set(re.findall(r"""_limit\(\s*["'](\w+)["']""", settings_py))  # the limits
     assert {"DATABASE_URL", "SECRET_KEY", "PUNCTUAL_ENCRYPTION_KEYS"} <= read
     table = README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
     documented = set(re.findall(r"^\| `(\w+)` \|", table, re.M))

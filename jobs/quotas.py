@@ -1,0 +1,196 @@
+"""Per-owner limits (README "Owner limits"): how many live jobs an owner may
+have, how short an interval, how many runs their backfills may create in an
+hour, and how often each of their jobs may be triggered in a minute.
+
+Every decision and every refusal's wording is here, so the API and the admin
+refuse the same request with the same text. A refusal raises
+``core.errors.LimitExceeded`` before anything is written; the API answers it
+403 or 429 (core/api_errors.py), the admin shows its message.
+
+The counts come from the database, under a lock, so that two processes
+cannot both take the last room: job creation and backfill hold the owner's
+advisory lock until their transaction ends, a trigger holds its job's row.
+The limits follow the job's owner, whoever acts; an owner's row in
+``OwnerLimits`` replaces the defaults field by field.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection
+
+from core.errors import LimitExceeded
+from jobs.limits import OWNER_LIMITS
+from jobs.models import BackfillUse, Job, OwnerLimits
+
+JOBS = "jobs_per_owner"
+MIN_INTERVAL = "min_interval_seconds"
+BACKFILL = "backfill_runs_per_hour"
+TRIGGERS = "triggers_per_minute"
+
+BACKFILL_WINDOW = dt.timedelta(hours=1)
+TRIGGER_WINDOW = dt.timedelta(minutes=1)
+
+# One owner's creates and backfills at a time. Two-key advisory locks live
+# apart from partitions.py's one-key lock; two owners whose ids share the
+# second key would only wait for each other.
+LOCK_OWNER = (
+    "SELECT pg_advisory_xact_lock(hashtext('punctual: owner limits'),"
+    " (%s::bigint %% 2147483647)::int)"
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One owner's limits in force: the defaults, with their overrides."""
+
+    jobs_per_owner: int
+    min_interval_seconds: int
+    backfill_runs_per_hour: int
+    triggers_per_minute: int
+
+
+def limits_for(owner) -> Limits:
+    """``owner``'s limits: each override, or else its setting. A superuser's
+    jobs have no minimum interval beyond the field's own (1 s)."""
+    row = OwnerLimits.objects.filter(owner_id=owner.pk).first()
+    values = {}
+    for name, (setting, _bounds) in OWNER_LIMITS.items():
+        override = getattr(row, name, None)
+        values[name] = getattr(settings, setting) if override is None else override
+    if owner.is_superuser:
+        values[MIN_INTERVAL] = 1
+    return Limits(**values)
+
+
+def lock_owner(owner_id: int) -> None:
+    """Hold ``owner_id``'s limits lock until the transaction ends."""
+    with connection.cursor() as cur:
+        cur.execute(LOCK_OWNER, [owner_id])
+
+
+# -- quotas -------------------------------------------------------------------
+
+
+def interval_refusal(limits: Limits, interval_seconds: int | None) -> str | None:
+    """Why ``interval_seconds`` is too short for these limits, or None.
+
+    A form or serializer shows it under the field, as any other bound."""
+    least = limits.min_interval_seconds
+    if interval_seconds is None or interval_seconds >= least:
+        return None
+    return (
+        f"Must be at least {least:,} seconds: the shortest interval allowed for this owner's"
+        f" jobs ({MIN_INTERVAL}). Ask an administrator to lower it."
+    )
+
+
+def new_jobs_refusal(owner, count: int, limits: Limits | None = None) -> LimitExceeded | None:
+    """The refusal of ``count`` new jobs that would take ``owner`` past their
+    live jobs limit (of ``limits``, read if not given), or None if they fit.
+
+    Takes the owner's lock: call it in the transaction that inserts the jobs.
+    The refusal is returned, not raised, so that the caller raises it after
+    leaving its transaction block: nothing was written, and a refusal does
+    not break an enclosing transaction (a savepoint-less block's error would).
+    """
+    lock_owner(owner.pk)
+    # The count is a statement of its own, after the lock: its snapshot then
+    # holds every job that a create which held the lock before us committed.
+    allowed = (limits or limits_for(owner)).jobs_per_owner
+    live = Job.objects.live().filter(owner_id=owner.pk).count()
+    if live + count <= allowed:
+        return None
+    adding = "1 job" if count == 1 else f"{count:,} jobs"
+    return LimitExceeded(
+        JOBS,
+        f"This owner has {live:,} live jobs and may have at most {allowed:,} ({JOBS});"
+        f" adding {adding} would pass it. Delete jobs that are no longer needed, or ask an"
+        " administrator to raise the limit.",
+    )
+
+
+# -- rates --------------------------------------------------------------------
+
+
+def check_triggers(owner, earlier: Iterable[dt.datetime], now: dt.datetime) -> None:
+    """Refuse a manual run of a job whose manual runs of the last minute
+    (their times, ``earlier``) already reach the owner's limit. The caller
+    holds the job's row lock, and read ``earlier`` under it."""
+    allowed = limits_for(owner).triggers_per_minute
+    if allowed == 0:
+        raise LimitExceeded(
+            TRIGGERS,
+            f"This owner's jobs may not be triggered by hand ({TRIGGERS} is 0). Ask an"
+            " administrator to raise the limit.",
+        )
+    uses = [(at, 1) for at in earlier]
+    wait = _wait(uses, 1, allowed, TRIGGER_WINDOW, now)
+    if wait is None:
+        return
+    raise LimitExceeded(
+        TRIGGERS,
+        f"This job was triggered {len(uses):,} times in the last minute, and may be at most"
+        f" {allowed:,} times a minute ({TRIGGERS}). Try again in {wait:,} s.",
+        retry_after=wait,
+    )
+
+
+def spend_backfill(owner, runs: int, now: dt.datetime) -> None:
+    """Count ``runs`` new backfill runs against ``owner``'s hourly limit, or
+    refuse them. Takes the owner's lock: call it in the transaction that
+    inserts the runs, before it does."""
+    if runs == 0:
+        return
+    lock_owner(owner.pk)
+    allowed = limits_for(owner).backfill_runs_per_hour
+    recent = BackfillUse.objects.filter(owner_id=owner.pk)
+    recent.filter(used_at__lte=now - BACKFILL_WINDOW).delete()
+    uses = list(recent.values_list("used_at", "runs"))
+    if runs > allowed:
+        raise LimitExceeded(
+            BACKFILL,
+            f"This backfill would create {runs:,} runs, more than this owner's backfills may"
+            f" create in an hour ({allowed:,}, {BACKFILL}). Narrow the window.",
+        )
+    wait = _wait(uses, runs, allowed, BACKFILL_WINDOW, now)
+    if wait is not None:
+        used = sum(n for _, n in uses)
+        raise LimitExceeded(
+            BACKFILL,
+            f"This backfill would create {runs:,} runs, but this owner's backfills created"
+            f" {used:,} in the last hour, of at most {allowed:,} ({BACKFILL})."
+            f" Try again in {wait:,} s, or narrow the window.",
+            retry_after=wait,
+        )
+    BackfillUse.objects.create(owner_id=owner.pk, used_at=now, runs=runs)
+
+
+def _wait(
+    uses: list[tuple[dt.datetime, int]],
+    wanted: int,
+    allowed: int,
+    window: dt.timedelta,
+    now: dt.datetime,
+) -> int | None:
+    """None when ``wanted`` more fit beside ``uses`` (time, amount) within
+    ``window`` of ``now``; else the whole seconds until enough of the oldest
+    uses have left the window (at least 1). ``wanted`` must be at most
+    ``allowed``: waiting never makes room for more, and the callers refuse
+    that case themselves."""
+    if wanted > allowed:
+        raise ValueError(f"{wanted} can never fit in {allowed}")
+    excess = sum(n for _, n in uses) + wanted - allowed
+    if excess <= 0:
+        return None
+    freed = 0
+    for at, amount in sorted(uses):
+        freed += amount
+        if freed >= excess:
+            return max(1, math.ceil((at + window - now).total_seconds()))
+    raise AssertionError("excess <= the uses' sum whenever wanted <= allowed")
