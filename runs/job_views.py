@@ -38,7 +38,7 @@ from core.api_base import ApiViewMixin, check_if_match, etag
 from core.api_errors import UnprocessableKey, error_response
 from core.api_fields import EmptySerializer
 from core.db import db_now
-from jobs import crypto, idempotency
+from jobs import changes, crypto, idempotency
 from jobs.models import Channel, Job, JobEvent
 from jobs.schedules import Schedule, cron_risks
 from jobs.targets import memo_resolver
@@ -120,12 +120,6 @@ def _iso(value: dt.datetime | str | None) -> str | None:
     if isinstance(value, str):
         value = dt.datetime.fromisoformat(value)
     return DATETIME.to_representation(value) if value else None
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        return _iso(value)
-    return value
 
 
 def _taken_names(owner, items: list) -> set[str]:
@@ -292,12 +286,12 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             job.set_secret(secret)
             created.append((job, secret))
         jobs = [job for job, _ in created]
-        changes = [{k: _jsonable(v) for k, v in attrs.items()} for attrs in validated]
+        initial = [changes.initial(attrs) for attrs in validated]
         try:
             # A savepoint only for a list, whose clash is named by a query below.
             with transaction.atomic(savepoint=len(jobs) > 1):
                 Job.create_many(
-                    jobs, now=now, actor=request.user, channel=Channel.API, changes=changes
+                    jobs, now=now, actor=request.user, channel=Channel.API, changes=initial
                 )
         except IntegrityError as exc:
             # The unique name per owner: a concurrent create took a name
@@ -332,15 +326,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             # locked, but a column this request did not send is still not its
             # to write. Sending what is already there is not a change: no new
             # version, no event.
-            changed = job_verbs.edit(job, body.validated_data)
-            if changed:
-                changes = {
-                    name: {"from": _jsonable(old), "to": _jsonable(new)}
-                    for name, (old, new) in changed.items()
-                }
-                job.record_event(
-                    "updated", actor=request.user, channel=Channel.API, changes=changes
-                )
+            job_verbs.edit(job, body.validated_data, actor=request.user, channel=Channel.API)
         return self.job_response(job)
 
     def destroy(self, request, pk=None):
