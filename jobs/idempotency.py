@@ -112,8 +112,11 @@ def token_digest(secret_encrypted: str) -> str:
 
 
 def _digests(secrets: dict[str, str]) -> dict[str, str]:
-    tokens = Job.objects.filter(pk__in=list(secrets)).values_list("pk", "secret_encrypted")
-    return {str(pk): token_digest(token) for pk, token in tokens}
+    """``{job id: token_digest}`` for each job whose secret an answer held (a
+    job not found gets a digest that matches nothing: it is never replayed)."""
+    jobs = Job.objects.filter(pk__in=list(secrets)).values_list("pk", "secret_encrypted")
+    tokens = {str(pk): token for pk, token in jobs}
+    return {pk: token_digest(tokens[pk]) if pk in tokens else "" for pk in secrets}
 
 
 def _with_current_secrets(data: Answer, digests: dict[str, str]) -> Answer:

@@ -76,6 +76,10 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 )
 PRECONDITION_FAILED = error_response("If-Match does not name the current version.")
 KEY_REUSED = error_response(UnprocessableKey.default_detail)
+KEY_STALE = error_response(
+    "The Idempotency-Key created a job that has since been deleted, or whose secret has"
+    " since been rotated: the answer is not replayed."
+)
 DATETIME = serializers.DateTimeField()
 # Jobs per bulk create (a JSON list): one transaction, and one answer, of at most this many.
 MAX_BULK_CREATE = 1000
@@ -151,6 +155,7 @@ def _taken_names(owner, items: list) -> set[str]:
                 resource_type_field_name=None,
                 many=False,
             ),
+            409: KEY_STALE,
             422: KEY_REUSED,
         },
     ),
