@@ -100,6 +100,25 @@ def test_a_create_records_its_initial_values(owner):
     assert job["secret"] not in json.dumps(event.changes)
 
 
+def test_a_pause_records_the_fields_it_changed_and_no_others(owner):
+    api = token_client(owner)
+    job = create(api)
+    url = f"{JOBS}{job['id']}/pause/"
+    api.post(url, {"note": "first"}, format="json")
+    api.post(url, {"note": "second"}, format="json")  # paused already: only the note changes
+    first, again = JobEvent.objects.filter(action="paused").order_by("id")
+    assert set(first.changes) == {
+        "state",
+        "pause_note",
+        "paused_at",
+        "next_fire_at",
+        "cancelled_runs",
+    }
+    assert first.changes["state"] == ["active", "paused"]
+    assert first.changes["next_fire_at"][1] is None
+    assert again.changes == {"pause_note": ["first", "second"], "cancelled_runs": 0}
+
+
 def test_no_event_ever_holds_a_secret(owner):
     """Every verb through the API, then every event's stored text searched
     for every secret the job ever had, plain and encrypted."""
