@@ -139,10 +139,14 @@ def delete_oldest(
     table = connection.ops.quote_name(meta.db_table)
     key = connection.ops.quote_name(str(meta.pk.column))
     with connection.cursor() as cur:
+        # The batch is chosen once, in a materialized CTE: as a plain
+        # ``IN (subquery)`` the planner may run the subquery again for a
+        # semi-join, and each run can pick other rows, so the LIMIT would
+        # not bound the delete.
         cur.execute(
-            f"DELETE FROM {table} WHERE {key} IN ("
-            f"SELECT {key} FROM {table} WHERE created_at < %s"
-            " ORDER BY created_at LIMIT %s FOR UPDATE SKIP LOCKED)",
+            f"WITH batch AS MATERIALIZED (SELECT {key} FROM {table} WHERE created_at < %s"
+            " ORDER BY created_at LIMIT %s FOR UPDATE SKIP LOCKED)"
+            f" DELETE FROM {table} t USING batch WHERE t.{key} = batch.{key}",
             [cutoff, limit],
         )
         return cur.rowcount
