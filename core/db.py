@@ -119,3 +119,34 @@ def insert_rows(objs: Sequence[models.Model], using: str = "default") -> None:
     for obj in objs:
         obj._state.adding = False
         obj._state.db = using
+
+
+def delete_oldest(
+    model: type[models.Model], cutoff: dt.datetime, limit: int, using: str = "default"
+) -> int:
+    """Delete up to ``limit`` rows of ``model`` whose ``created_at`` is before
+    ``cutoff``, oldest first; returns how many went.
+
+    For append-only tables that expire by age (the audit log, the stored
+    Idempotency-Key answers): the ``created_at`` index finds the oldest rows,
+    ``SKIP LOCKED`` lets several pruners take disjoint batches, and the
+    ``limit`` keeps each statement, and the row locks it holds until its
+    transaction ends, short whatever the table's size.
+    """
+    meta = model._meta
+    assert meta.pk is not None  # a concrete model always has its key
+    connection = connections[using]
+    table = connection.ops.quote_name(meta.db_table)
+    key = connection.ops.quote_name(str(meta.pk.column))
+    with connection.cursor() as cur:
+        # The batch is chosen once, in a materialized CTE: as a plain
+        # ``IN (subquery)`` the planner may run the subquery again for a
+        # semi-join, and each run can pick other rows, so the LIMIT would
+        # not bound the delete.
+        cur.execute(
+            f"WITH batch AS MATERIALIZED (SELECT {key} FROM {table} WHERE created_at < %s"
+            " ORDER BY created_at LIMIT %s FOR UPDATE SKIP LOCKED)"
+            f" DELETE FROM {table} t USING batch WHERE t.{key} = batch.{key}",
+            [cutoff, limit],
+        )
+        return cur.rowcount

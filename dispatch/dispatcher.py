@@ -321,6 +321,13 @@ class Dispatcher:
         while retention.prune_batch(rows_before, PRUNE_BATCH) == PRUNE_BATCH:
             if time.monotonic() > budget_end or self.stopping.is_set():
                 break
+        # The audit events past their retention and the expired
+        # Idempotency-Key answers, in what is left of the same budget.
+        retention.prune_history(
+            now,
+            PRUNE_BATCH,
+            keep_going=lambda: time.monotonic() <= budget_end and not self.stopping.is_set(),
+        )
         fleet.prune(now)
 
     def seconds_until_next_fire(self, now: dt.datetime | None = None) -> float:

@@ -11,6 +11,14 @@ the IETF draft "The Idempotency-Key HTTP Header Field":
 * the same key on a different request (method, path or body) answers 422;
 * a replayed answer carries ``Idempotent-Replayed: true``.
 
+A job create answers the job's secret, once. The stored answer never holds
+it: the secret is taken out before the answer is stored, and the row keeps
+instead a digest of each created job's stored (encrypted) secret. A replay
+puts the job's current secret back only if that digest still matches; a job
+deleted since, or whose secret was rotated since, answers 409 and shows no
+secret (``_with_current_secrets``). So a replay never hands out a secret
+that no longer signs, or one a later rotation meant to retire.
+
 How two concurrent requests with one key are kept to one effect:
 
 1. Look the key up; a stored answer is replayed at once.
@@ -29,6 +37,7 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Callable
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from rest_framework import exceptions
@@ -36,15 +45,19 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
 
-from core.api_errors import UnprocessableKey
-from core.db import db_now
+from core.api_errors import Conflict, UnprocessableKey
+from core.db import db_now, delete_oldest
 from jobs import crypto
-from jobs.models import IdempotencyKey
+from jobs.models import IdempotencyKey, Job
 
 HEADER = "Idempotency-Key"
 TTL = dt.timedelta(hours=24)
 MAX_KEY_LENGTH = 255
 SWEEP_BATCH = 100
+# The field of a create answer that holds the job's secret.
+SECRET = "secret"
+# Answers, or items of a list answer.
+Answer = dict[str, Any] | list[Any]
 
 
 def _key(request: Request) -> str | None:
@@ -65,25 +78,110 @@ def _fingerprint(request: Request) -> str:
 
 
 def _stored(owner, key: str, now: dt.datetime) -> IdempotencyKey | None:
-    return IdempotencyKey.objects.filter(owner=owner, key=key, created_at__gte=now - TTL).first()
+    return IdempotencyKey.objects.filter(owner=owner, key=key, created_at__gte=expiry(now)).first()
+
+
+def _items(data: Answer) -> list[Any]:
+    return data if isinstance(data, list) else [data]
+
+
+def split_secrets(data: Answer) -> tuple[Answer, dict[str, str]]:
+    """``data`` without its secrets, and ``{job id: secret}`` for the items
+    (jobs) that held one."""
+    secrets = {
+        str(item["id"]): item[SECRET]
+        for item in _items(data)
+        if isinstance(item, dict) and SECRET in item
+    }
+    if not secrets:
+        return data, {}
+
+    def without(item: Any) -> Any:
+        if isinstance(item, dict):
+            return {k: v for k, v in item.items() if k != SECRET}
+        return item
+
+    stripped = [without(item) for item in data] if isinstance(data, list) else without(data)
+    return stripped, secrets
+
+
+def token_digest(secret_encrypted: str) -> str:
+    """What a stored answer remembers of a job's secret: the SHA-256 of its
+    encrypted form, which changes with every rotation and tells nothing."""
+    return hashlib.sha256(secret_encrypted.encode()).hexdigest()
+
+
+def _digests(secrets: dict[str, str]) -> dict[str, str]:
+    """``{job id: token_digest}`` for each job whose secret an answer held (a
+    job not found gets a digest that matches nothing: it is never replayed)."""
+    jobs = Job.objects.filter(pk__in=list(secrets)).values_list("pk", "secret_encrypted")
+    tokens = {str(pk): token for pk, token in jobs}
+    return {pk: token_digest(tokens[pk]) if pk in tokens else "" for pk in secrets}
+
+
+def _with_current_secrets(data: Answer, digests: dict[str, str]) -> Answer:
+    """The stored answer with each job's secret put back, or a 409 naming
+    the jobs deleted, or whose secret was rotated, since it was given."""
+    jobs = Job.objects.filter(pk__in=list(digests)).only("pk", "deleted_at", "secret_encrypted")
+    current = {str(job.pk): job for job in jobs}
+    deleted = [pk for pk in digests if pk not in current or current[pk].deleted_at is not None]
+    if deleted:
+        raise Conflict(
+            f"This {HEADER} created {_jobs(deleted)}, which {_has(deleted)} since been deleted;"
+            " the answer is not replayed."
+        )
+    rotated = [
+        pk for pk, digest in digests.items() if token_digest(current[pk].secret_encrypted) != digest
+    ]
+    if rotated:
+        raise Conflict(
+            f"This {HEADER} created {_jobs(rotated)}, whose secret {_has(rotated)} since been"
+            " rotated; a secret is shown only once, so the answer is not replayed."
+        )
+    for item in _items(data):
+        if isinstance(item, dict) and str(item.get("id")) in digests:
+            item[SECRET] = crypto.decrypt(current[str(item["id"])].secret_encrypted)
+    return data
+
+
+def _jobs(ids: list[str]) -> str:
+    return ("job " if len(ids) == 1 else "jobs ") + ", ".join(ids)
+
+
+def _has(ids: list[str]) -> str:
+    return "has" if len(ids) == 1 else "have"
 
 
 def _replay(stored: IdempotencyKey, fingerprint: str) -> Response:
     if stored.fingerprint != fingerprint:
         raise UnprocessableKey()
     data = json.loads(crypto.decrypt(stored.response_encrypted))
+    if stored.secret_digests:
+        data = _with_current_secrets(data, stored.secret_digests)
     return Response(data, status=stored.status_code, headers={"Idempotent-Replayed": "true"})
+
+
+def _store(claim: IdempotencyKey, response: Response) -> None:
+    """Keep a successful answer in its key's row: encrypted (it holds the
+    job's payload), without secrets, with the digests that guard them."""
+    data, secrets = split_secrets(response.data)
+    claim.status_code = response.status_code
+    claim.response_encrypted = crypto.encrypt(json.dumps(data, cls=JSONEncoder))
+    claim.secret_digests = _digests(secrets)
+    claim.save(update_fields=["status_code", "response_encrypted", "secret_digests"])
+
+
+def expiry(now: dt.datetime) -> dt.datetime:
+    """Keys created before this are expired."""
+    return now - TTL
 
 
 def _sweep(owner, key: str, now: dt.datetime) -> None:
     """Delete expired keys: this one (it would trip the unique constraint), and
-    a bounded batch of others, so the table holds about a day of keys without
-    a separate pruning job."""
-    expired = IdempotencyKey.objects.filter(created_at__lt=now - TTL)
-    expired.filter(owner=owner, key=key).delete()
-    batch = list(expired.values_list("pk", flat=True)[:SWEEP_BATCH])
-    if batch:
-        IdempotencyKey.objects.filter(pk__in=batch).delete()
+    a bounded batch of others. Retention (runs/retention.py) deletes the rest,
+    so the table holds about a day of keys."""
+    IdempotencyKey.objects.filter(owner=owner, key=key, created_at__lt=expiry(now)).delete()
+    delete_oldest(IdempotencyKey, expiry(now), SWEEP_BATCH)
 
 
 def respond(request: Request, handler: Callable[[], Response]) -> Response:
@@ -115,11 +213,7 @@ def respond(request: Request, handler: Callable[[], Response]) -> Response:
             )
             response = handler()
             if 200 <= response.status_code < 300:
-                claim.status_code = response.status_code
-                claim.response_encrypted = crypto.encrypt(
-                    json.dumps(response.data, cls=JSONEncoder)
-                )
-                claim.save(update_fields=["status_code", "response_encrypted"])
+                _store(claim, response)
             else:
                 claim.delete()  # only successes are kept: the client may fix and retry
             return response

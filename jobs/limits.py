@@ -92,6 +92,14 @@ def max_payload_bytes() -> int:
     return settings.PUNCTUAL_MAX_PAYLOAD_BYTES
 
 
+def payload_bytes(value: object) -> bytes:
+    """The payload as compact JSON, UTF-8, with its keys sorted: one value
+    always gives the same bytes (its hash in the audit log depends on it), and
+    as many bytes as it is delivered in."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return text.encode("utf-8")
+
+
 def payload_size(value: object) -> int:
-    """Bytes of the payload as delivered: compact JSON, UTF-8."""
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    """Bytes of the payload as delivered."""
+    return len(payload_bytes(value))

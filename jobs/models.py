@@ -19,7 +19,7 @@ from django.db import models, transaction
 from django.db.models import F, Q
 
 from core.db import db_now, insert_rows
-from jobs import crypto, history
+from jobs import changes, crypto, history
 from jobs.limits import MAX_LENGTHS, OWNER_LIMITS, RANGES
 from jobs.schedules import Schedule
 
@@ -291,6 +291,8 @@ class Job(models.Model):
         channel: str = Channel.SYSTEM,
         changes: dict | None = None,
     ) -> JobEvent:
+        """Append to the audit log. ``changes`` is built with jobs/changes.py:
+        only what changed, the payload as a digest, never a secret."""
         return JobEvent.objects.create(
             job=self,
             owner_id=self.owner_id,
@@ -330,6 +332,7 @@ class Job(models.Model):
             # Deleted meanwhile: a secret that is never stored must not be shown.
             raise Job.DoesNotExist("The job was deleted.")
         new_secret = crypto.generate_secret()
+        before = changes.snapshot(current, ["previous_secret_until"])
         # The secret being replaced is the row's, not this copy's: a rotation
         # that committed meanwhile keeps signing through the overlap.
         current.previous_secret_encrypted = current.secret_encrypted
@@ -339,7 +342,10 @@ class Job(models.Model):
             update_fields=["secret_encrypted", "previous_secret_encrypted", "previous_secret_until"]
         )
         self.refresh_from_db()
-        self.record_event("secret_rotated", actor=actor, channel=channel)
+        # When the old secret stops signing; no secret is ever in an event.
+        self.record_event(
+            "secret_rotated", actor=actor, channel=channel, changes=changes.since(before, current)
+        )
         return new_secret
 
 
@@ -397,7 +403,10 @@ class ScheduleSpan(models.Model):
 
 
 class JobEvent(models.Model):
-    """The audit log: who changed a job, when, through which channel, and what."""
+    """The audit log: who changed a job, when, through which channel, and what
+    (``changes``: jobs/changes.py). Events older than
+    ``PUNCTUAL_EVENT_RETENTION_DAYS`` are deleted (runs/retention.py), oldest
+    first, through the index on ``created_at``."""
 
     job = models.ForeignKey(Job, null=True, on_delete=models.SET_NULL, related_name="events")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
@@ -435,8 +444,12 @@ class IdempotencyKey(models.Model):
     # the client's bug, answered 422 rather than replayed.
     fingerprint = models.CharField(max_length=64)
     status_code = models.PositiveSmallIntegerField()
-    # Fernet (jobs/crypto.py): the answer to a job create holds its secret.
+    # Fernet (jobs/crypto.py): the answer holds the job's payload. Never a
+    # secret: a create answer is stored without it (jobs/idempotency.py).
     response_encrypted = models.TextField()
+    # {job id: SHA-256 of the job's encrypted secret} for each job a create
+    # made: a replay shows the secret only while it is still this one.
+    secret_digests = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField()
 
     class Meta:

@@ -13,10 +13,9 @@ who did what from where. No action updates job rows behind the model's back.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import statistics
 import zoneinfo
-from typing import Any, cast
+from typing import cast
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
@@ -33,7 +32,7 @@ from django.views.decorators.http import require_POST
 from core.admin_base import BigTableAdmin, OwnerScopedAdmin
 from core.db import db_now
 from core.errors import LimitExceeded
-from jobs import crypto, schedules
+from jobs import changes, crypto, schedules
 from jobs.display import describe_schedule, missed_text, relative, short_duration
 from jobs.forms import JobForm
 from jobs.models import Channel, Job, JobEvent, JobState
@@ -85,14 +84,6 @@ def _now(obj: Job) -> dt.datetime:
         now = db_now()
         setattr(obj, "_admin_now", now)  # noqa: B010 - not a model attribute, so no obj._admin_now
     return now
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        return value.isoformat()
-    if hasattr(value, "pk"):
-        return str(value.pk)
-    return value
 
 
 def _stash_secret(request, job: Job, secret: str) -> None:
@@ -292,15 +283,12 @@ class JobAdmin(OwnerScopedAdmin):
             secret = crypto.generate_secret()
             obj.set_secret(secret)
             obj.save()
+            values = {name: form.cleaned_data.get(name) for name in form.fields}
             obj.record_event(
                 "created",
                 actor=request.user,
                 channel=Channel.ADMIN,
-                changes={
-                    name: _jsonable(form.cleaned_data.get(name))
-                    for name in form.fields
-                    if name in JOB_FIELDS
-                },
+                changes=changes.initial({k: v for k, v in values.items() if k in JOB_FIELDS}),
             )
             _stash_secret(request, obj, secret)
         else:
@@ -309,17 +297,12 @@ class JobAdmin(OwnerScopedAdmin):
                 # Only what the form changed (job_verbs.edit): a pause, a
                 # failure count or a next fire written by another process
                 # meanwhile stays as it is.
-                done = job_verbs.edit(obj, {name: form.cleaned_data.get(name) for name in changed})
-                if done:
-                    obj.record_event(
-                        "updated",
-                        actor=request.user,
-                        channel=Channel.ADMIN,
-                        changes={
-                            name: {"from": _jsonable(old), "to": _jsonable(new)}
-                            for name, (old, new) in done.items()
-                        },
-                    )
+                job_verbs.edit(
+                    obj,
+                    {name: form.cleaned_data.get(name) for name in changed},
+                    actor=request.user,
+                    channel=Channel.ADMIN,
+                )
         if not change or SCHEDULE_FIELDS.intersection(form.changed_data):
             for risk in self._risks(obj, _now(obj)):
                 self.message_user(request, risk, messages.WARNING)
@@ -726,8 +709,9 @@ class JobAdmin(OwnerScopedAdmin):
         return redirect("admin:jobs_job_change", job.pk)
 
 
-def _changes_text(changes: dict) -> str:
-    text = json.dumps(changes, ensure_ascii=False, sort_keys=True, default=str)
+def _changes_text(recorded: dict) -> str:
+    """An event's changes as "field: old → new; ...", cut at 300 characters."""
+    text = changes.summary(recorded, JOB_FIELDS)
     return text if len(text) <= 300 else text[:299] + "…"
 
 

@@ -26,7 +26,7 @@ from django.db import transaction
 from django.db.models import F
 
 from core.db import db_now
-from jobs import history, quotas
+from jobs import changes, history, quotas
 from jobs.models import Channel, Job, JobState, OverlapPolicy
 from runs import identity, notify, planning
 from runs.models import Reason, Run, RunKind, RunState
@@ -48,6 +48,10 @@ PLANNING_FIELDS = SCHEDULE_FIELDS | {
     "jitter_seconds",
     "max_attempts",
 }
+# The columns each verb writes, and so what its event may show changing.
+PAUSE_FIELDS = frozenset({"state", "pause_note", "paused_at", "resume_at", "next_fire_at"})
+RESUME_FIELDS = PAUSE_FIELDS | {"consecutive_failures"}
+DELETE_FIELDS = frozenset({"deleted_at", "next_fire_at"})
 
 
 def settle_due_fires(current: Job, now: dt.datetime, *, stopping: str | None = None) -> int:
@@ -122,6 +126,7 @@ def _pause_locked(
     job: Job | None = None,
 ) -> int:
     """The pause, on the job's locked row ``current``."""
+    before = changes.snapshot(current, PAUSE_FIELDS)
     settle_due_fires(current, now, stopping=Reason.PAUSED)
     # Pausing a paused job changes its note and resume_at, not when the
     # pause began: that is where a catch-up resume counts fires from.
@@ -131,7 +136,7 @@ def _pause_locked(
     current.pause_note = note
     current.resume_at = resume_at
     current.next_fire_at = None
-    current.save(update_fields=["state", "pause_note", "paused_at", "resume_at", "next_fire_at"])
+    current.save(update_fields=sorted(PAUSE_FIELDS))
     history.record_spans([current.pk], now)
     if job is not None:
         job.refresh_from_db()
@@ -140,11 +145,7 @@ def _pause_locked(
         "paused",
         actor=actor,
         channel=channel,
-        changes={
-            "note": note,
-            "resume_at": resume_at.isoformat() if resume_at else None,
-            "cancelled_runs": cancelled,
-        },
+        changes={**changes.since(before, current), "cancelled_runs": cancelled},
     )
     return cancelled
 
@@ -182,22 +183,14 @@ def resume(
     plan["next_fire_at"] = next_fire.isoformat() if next_fire else None
     if dry_run or current.state == JobState.ACTIVE:
         return plan
+    before = changes.snapshot(current, RESUME_FIELDS)
     current.state = JobState.ACTIVE
     current.pause_note = ""
     current.resume_at = None
     current.paused_at = None
     current.next_fire_at = next_fire
     current.consecutive_failures = 0
-    current.save(
-        update_fields=[
-            "state",
-            "pause_note",
-            "resume_at",
-            "paused_at",
-            "next_fire_at",
-            "consecutive_failures",
-        ]
-    )
+    current.save(update_fields=sorted(RESUME_FIELDS))
     history.record_spans([current.pk], now)
     job.refresh_from_db()
     plan["created"] = Run.objects.create_for_fires(job, catch_up_fires, kind=RunKind.CATCH_UP)
@@ -205,7 +198,10 @@ def resume(
     # paused, may start now.
     notify.runs_claimable("resume")
     job.record_event(
-        "resumed", actor=actor, channel=channel, changes={"catch_up": plan["catch_up"]}
+        "resumed",
+        actor=actor,
+        channel=channel,
+        changes={**changes.since(before, current), "catch_up": plan["catch_up"]},
     )
     return plan
 
@@ -299,14 +295,20 @@ def soft_delete(job: Job, *, actor=None, channel: str = Channel.API) -> int:
     current = job.locked()
     if current is None:
         return 0
+    before = changes.snapshot(current, DELETE_FIELDS)
     settle_due_fires(current, now, stopping=Reason.DELETED)
     current.deleted_at = now
     current.next_fire_at = None
-    current.save(update_fields=["deleted_at", "next_fire_at"])
+    current.save(update_fields=sorted(DELETE_FIELDS))
     history.record_spans([current.pk], now)
     job.refresh_from_db()
     cancelled = Run.objects.cancel_waiting(job_id=job.pk, reason=Reason.DELETED, now=now)
-    job.record_event("deleted", actor=actor, channel=channel, changes={"cancelled_runs": cancelled})
+    job.record_event(
+        "deleted",
+        actor=actor,
+        channel=channel,
+        changes={**changes.since(before, current), "cancelled_runs": cancelled},
+    )
     return cancelled
 
 
@@ -329,20 +331,24 @@ def pause_unreadable(job_id, *, problem: str) -> bool:
     )
     if paused is None:
         return False
-    Job.objects.filter(pk=job_id).update(
-        state=JobState.PAUSED,
-        pause_note=note,
-        paused_at=now,
-        resume_at=None,
-        next_fire_at=None,
-        version=F("version") + 1,
-    )
+    values = {
+        "state": JobState.PAUSED,
+        "pause_note": note,
+        "paused_at": now,
+        "resume_at": None,
+        "next_fire_at": None,
+    }
+    before = changes.snapshot(paused, values)
+    Job.objects.filter(pk=job_id).update(**values, version=F("version") + 1)
     history.record_spans([job_id], now)
     cancelled = Run.objects.cancel_waiting(job_id=job_id, reason=Reason.PAUSED, now=now)
     paused.record_event(
         "paused",
         channel=Channel.SYSTEM,
-        changes={"note": note, "resume_at": None, "cancelled_runs": cancelled},
+        changes={
+            **changes.diff({name: (old, values[name]) for name, old in before.items()}),
+            "cancelled_runs": cancelled,
+        },
     )
     return True
 
@@ -364,11 +370,13 @@ def pause_by_system(job_id, *, note: str, now: dt.datetime) -> bool:
 
 
 @transaction.atomic
-def edit(job: Job, values: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+def edit(
+    job: Job, values: dict[str, Any], *, actor=None, channel: str = Channel.API
+) -> dict[str, tuple[Any, Any]]:
     """Change a job's fields (an API PUT/PATCH, an admin form), on its locked
-    row. Returns ``{field: (old, new)}`` for what changed; the caller records
-    the event in the same transaction. Sending what is already there changes
-    nothing: no new version.
+    row, and record the "updated" event with what changed. Returns ``{field:
+    (old, new)}`` for what changed. Sending what is already there changes
+    nothing: no new version, no event.
 
     In one transaction, on the locked row:
 
@@ -384,30 +392,31 @@ def edit(job: Job, values: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     current = job.locked()
     if current is None:
         raise Job.DoesNotExist("The job was deleted.")
-    changes = {
+    changed = {
         name: (getattr(current, name), value)
         for name, value in values.items()
         if getattr(current, name) != value
     }
-    if not changes:
+    if not changed:
         return {}
     next_fire_before = current.next_fire_at
-    if PLANNING_FIELDS.intersection(changes):
+    if PLANNING_FIELDS.intersection(changed):
         settle_due_fires(current, now)
-    fields = set(changes)
-    for name, (_old, new) in changes.items():
+    fields = set(changed)
+    for name, (_old, new) in changed.items():
         setattr(current, name, new)
-    if SCHEDULE_FIELDS.intersection(changes) and current.state == JobState.ACTIVE:
+    if SCHEDULE_FIELDS.intersection(changed) and current.state == JobState.ACTIVE:
         current.next_fire_at = current.compute_next_fire(now)
     if current.next_fire_at != next_fire_before:
         fields.add("next_fire_at")
     current.save(update_fields=sorted(fields))
     history.record_spans([current.pk], now)
-    if "target_kind" in changes:
+    if "target_kind" in changed:
         Run.objects.cancel_waiting(job_id=current.pk, reason=Reason.TARGET_CHANGED, now=now)
-    if PLANNING_FIELDS.intersection(changes) and current.state == JobState.ACTIVE:
+    if PLANNING_FIELDS.intersection(changed) and current.state == JobState.ACTIVE:
         # The due fires settled above, or runs that a new overlap policy
         # no longer holds back, may start now.
         notify.runs_claimable("edit")
     job.refresh_from_db()
-    return changes
+    job.record_event("updated", actor=actor, channel=channel, changes=changes.diff(changed))
+    return changed

@@ -38,7 +38,7 @@ from core.api_base import ApiViewMixin, check_if_match, etag
 from core.api_errors import UnprocessableKey, error_response
 from core.api_fields import EmptySerializer
 from core.db import db_now
-from jobs import crypto, idempotency, quotas
+from jobs import changes, crypto, idempotency, quotas
 from jobs.models import Channel, Job, JobEvent
 from jobs.schedules import Schedule, cron_risks
 from jobs.targets import memo_resolver
@@ -76,6 +76,10 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 )
 PRECONDITION_FAILED = error_response("If-Match does not name the current version.")
 KEY_REUSED = error_response(UnprocessableKey.default_detail)
+KEY_STALE = error_response(
+    "The Idempotency-Key created a job that has since been deleted, or whose secret has"
+    " since been rotated: the answer is not replayed."
+)
 DATETIME = serializers.DateTimeField()
 # Jobs per bulk create (a JSON list): one transaction, and one answer, of at most this many.
 MAX_BULK_CREATE = 1000
@@ -122,12 +126,6 @@ def _iso(value: dt.datetime | str | None) -> str | None:
     return DATETIME.to_representation(value) if value else None
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        return _iso(value)
-    return value
-
-
 def _taken_names(owner, items: list) -> set[str]:
     """The names among ``items`` (as sent, and trimmed as the name field trims
     them) that ``owner``'s live jobs already hold: one query for a whole list."""
@@ -157,6 +155,7 @@ def _taken_names(owner, items: list) -> set[str]:
                 resource_type_field_name=None,
                 many=False,
             ),
+            409: KEY_STALE,
             422: KEY_REUSED,
         },
     ),
@@ -298,7 +297,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             job.set_secret(secret)
             created.append((job, secret))
         jobs = [job for job, _ in created]
-        changes = [{k: _jsonable(v) for k, v in attrs.items()} for attrs in validated]
+        initial = [changes.initial(attrs) for attrs in validated]
         try:
             # A savepoint only for a list, whose clash is named by a query below.
             with transaction.atomic(savepoint=len(jobs) > 1):
@@ -307,7 +306,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
                 refusal = quotas.new_jobs_refusal(request.user, len(jobs), limits)
                 if refusal is None:
                     Job.create_many(
-                        jobs, now=now, actor=request.user, channel=Channel.API, changes=changes
+                        jobs, now=now, actor=request.user, channel=Channel.API, changes=initial
                     )
         except IntegrityError as exc:
             # The unique name per owner: a concurrent create took a name
@@ -344,15 +343,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             # locked, but a column this request did not send is still not its
             # to write. Sending what is already there is not a change: no new
             # version, no event.
-            changed = job_verbs.edit(job, body.validated_data)
-            if changed:
-                changes = {
-                    name: {"from": _jsonable(old), "to": _jsonable(new)}
-                    for name, (old, new) in changed.items()
-                }
-                job.record_event(
-                    "updated", actor=request.user, channel=Channel.API, changes=changes
-                )
+            job_verbs.edit(job, body.validated_data, actor=request.user, channel=Channel.API)
         return self.job_response(job)
 
     def destroy(self, request, pk=None):

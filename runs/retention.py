@@ -15,6 +15,11 @@ for the row deletes: they never eat into a day that will be dropped whole.
 Each batch of row deletes, and each day dropped, is its own short
 transaction, so pruning never holds back vacuum. Used by ``manage.py
 prune_runs`` and by the dispatchers' housekeeping.
+
+The same pruning also deletes the audit events older than
+``PUNCTUAL_EVENT_RETENTION_DAYS`` and the expired Idempotency-Key answers
+(``prune_history``): plain tables, deleted oldest first through their
+``created_at`` index, in batches of one short transaction each.
 """
 
 from __future__ import annotations
@@ -24,8 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 
+from core.db import delete_oldest
+from jobs import idempotency
+from jobs.models import IdempotencyKey, JobEvent
 from runs import partitions
 from runs.models import TERMINAL_STATES, Attempt, Run
 
@@ -42,6 +51,12 @@ DELETE_RUNS = (
     "DELETE FROM runs_run"
     " WHERE id = ANY(%(ids)s::uuid[]) AND scheduled_at BETWEEN %(lo)s AND %(hi)s"
 )
+
+
+@dataclass
+class History:
+    events_deleted: int = 0
+    keys_deleted: int = 0
 
 
 @dataclass
@@ -138,3 +153,40 @@ def expire(
         if n < batch_size:
             break
     return done
+
+
+def event_cutoff(now: dt.datetime) -> dt.datetime:
+    """Audit events created before this are past retention."""
+    return now - dt.timedelta(days=settings.PUNCTUAL_EVENT_RETENTION_DAYS)
+
+
+def prune_history(
+    now: dt.datetime,
+    batch_size: int = DEFAULT_BATCH,
+    keep_going: Callable[[], bool] = lambda: True,
+) -> History:
+    """Delete the audit events past retention, then the expired
+    Idempotency-Key answers, ``batch_size`` rows per transaction: at least
+    one batch of each, then more while ``keep_going()`` says so (the
+    dispatcher bounds its time). Call it outside any transaction, as
+    ``prune``."""
+    done = History()
+    done.events_deleted = _delete_before(JobEvent, event_cutoff(now), batch_size, keep_going)
+    done.keys_deleted = _delete_before(
+        IdempotencyKey, idempotency.expiry(now), batch_size, keep_going
+    )
+    return done
+
+
+def _delete_before(
+    model: type, cutoff: dt.datetime, batch_size: int, keep_going: Callable[[], bool]
+) -> int:
+    """Batches until one comes back short, or ``keep_going()`` says stop; at
+    least one, so a budget spent on runs still moves this table along."""
+    total = 0
+    while True:
+        with transaction.atomic():
+            n = delete_oldest(model, cutoff, batch_size)
+        total += n
+        if n < batch_size or not keep_going():
+            return total

@@ -22,6 +22,7 @@ env = environ.Env(
     ALLOWED_HOSTS=(list, ["localhost", "127.0.0.1"]),
     PUNCTUAL_ALLOW_PRIVATE_TARGETS=(bool, False),
     PUNCTUAL_RUN_RETENTION_DAYS=(int, 30),
+    PUNCTUAL_EVENT_RETENTION_DAYS=(int, 90),
     PUNCTUAL_ENCRYPTION_KEYS=(list, []),
     PUNCTUAL_LOG_JSON=(bool, False),
     PUNCTUAL_LOG_LEVEL=(str, "INFO"),
@@ -59,6 +60,11 @@ ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 # nothing else.
 PUNCTUAL_ALLOW_PRIVATE_TARGETS = env("PUNCTUAL_ALLOW_PRIVATE_TARGETS")
 PUNCTUAL_RUN_RETENTION_DAYS = env("PUNCTUAL_RUN_RETENTION_DAYS")
+# Audit events (jobs.JobEvent) older than this are deleted by the same
+# retention pruning as runs (runs/retention.py).
+PUNCTUAL_EVENT_RETENTION_DAYS = env("PUNCTUAL_EVENT_RETENTION_DAYS")
+if not 1 <= PUNCTUAL_EVENT_RETENTION_DAYS <= 36_500:
+    raise environ.ImproperlyConfigured("PUNCTUAL_EVENT_RETENTION_DAYS must be between 1 and 36500")
 # Fernet keys (urlsafe base64, 32 bytes) for secrets at rest, newest first. Empty:
 # one key is derived from SECRET_KEY (see jobs/crypto.py).
 PUNCTUAL_ENCRYPTION_KEYS = env("PUNCTUAL_ENCRYPTION_KEYS")

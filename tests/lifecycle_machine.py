@@ -375,14 +375,8 @@ class Machine:
             values = {"overlap_policy": OVERLAPS[choice % len(OVERLAPS)]}
         else:
             values = {"misfire_policy": MISFIRES[choice % len(MISFIRES)]}
-        # As the API's PATCH does (runs/job_views.py): the verb, then the event.
-        changed = job_verbs.edit(job, values)
-        if changed:
-            job.record_event(
-                "updated",
-                channel=Channel.API,
-                changes={n: {"from": str(o), "to": str(v)} for n, (o, v) in changed.items()},
-            )
+        # As the API's PATCH does (runs/job_views.py).
+        job_verbs.edit(job, values, channel=Channel.API)
 
     def do_pause(self, k: int, resume_in: int | None) -> None:
         m = self._job(k)

@@ -228,7 +228,7 @@ def test_a_job_whose_schedule_cannot_be_read_is_paused_and_the_rest_fire(
     assert bad.pause_note.startswith("paused by the system: its schedule cannot be read: ")
     assert problem in bad.pause_note
     event = bad.events.get(action="paused")
-    assert event.channel == "system" and event.changes["note"] == bad.pause_note
+    assert event.channel == "system" and event.changes["pause_note"] == ["", bad.pause_note]
     assert Dispatcher().tick(now=T0 + 2 * S).jobs == 0
 
 

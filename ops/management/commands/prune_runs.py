@@ -1,5 +1,6 @@
 """``manage.py prune_runs``: drop the days past retention and delete the finished runs
-left past it. Thin: parse, then expire (runs/retention.py)."""
+left past it, then the audit events past theirs and the expired Idempotency-Key
+answers. Thin: parse, then expire and prune_history (runs/retention.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ class Command(BaseCommand):
         "Drop the daily partitions of runs (and their attempts) whose whole day is more than"
         " D days ago, then delete the finished runs left past it in batches of one short"
         " transaction each; live runs are kept however old (and so is their day). Also"
-        " forgets fleet rows of processes silent for a day and lag samples older than two days."
+        " deletes audit events older than PUNCTUAL_EVENT_RETENTION_DAYS and expired"
+        " Idempotency-Key answers, and forgets fleet rows of processes silent for a day and"
+        " lag samples older than two days."
     )
 
     def add_arguments(self, parser):
@@ -60,6 +63,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"batch {batches}: deleted {n} runs")
 
         done = retention.expire(cutoff, options["batch_size"], on_batch=progress)
+        history = retention.prune_history(now, options["batch_size"])
         forgotten = fleet.prune(now)
         runs_pruned.send(sender=self.__class__, now=now, cutoff=cutoff)
         if done.days_dropped or done.days_kept:
@@ -72,4 +76,9 @@ class Command(BaseCommand):
         self.stdout.write(
             f"deleted {done.runs_deleted} runs scheduled before {cutoff:%Y-%m-%d %H:%M:%S} UTC"
             f" in {batches} batches; forgot {forgotten} stale fleet rows and lag samples"
+        )
+        self.stdout.write(
+            f"deleted {history.events_deleted} audit events created before"
+            f" {retention.event_cutoff(now):%Y-%m-%d %H:%M:%S} UTC"
+            f" and {history.keys_deleted} expired Idempotency-Key answers"
         )

@@ -197,8 +197,8 @@ def test_saving_a_new_schedule_reschedules_and_records_what_changed(ann, ann_cli
     assert job.next_fire_at != before and job.version == 2
     event = JobEvent.objects.get(job=job, action="updated")
     assert (event.channel, event.actor) == ("admin", ann)
-    assert event.changes["interval_seconds"] == {"from": 300, "to": 3600}
-    assert event.changes["description"] == {"from": "", "to": "now hourly"}
+    assert event.changes["interval_seconds"] == [300, 3600]
+    assert event.changes["description"] == ["", "now hourly"]
     assert "secret" not in str(event.changes) and "whsec_" not in str(event.changes)
 
 

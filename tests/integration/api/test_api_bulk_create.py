@@ -15,7 +15,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from core.db import db_now
-from jobs import targets
+from jobs import crypto, targets
 from jobs.models import IdempotencyKey, Job, JobEvent, ScheduleSpan
 from tests.factories import make_job
 from tests.integration.api.support import PUBLIC_URL, token_client
@@ -245,10 +245,32 @@ def test_a_bulk_create_replays_with_its_idempotency_key(api):
     assert again.json() == first.json()  # the same jobs, with the same secrets
     assert Job.objects.count() == 2 and JobEvent.objects.count() == 2
     stored = IdempotencyKey.objects.get()
-    assert first.json()[0]["secret"] not in stored.response_encrypted
+    assert all(job["secret"] not in stored.response_encrypted for job in first.json())
+    assert "whsec_" not in crypto.decrypt(stored.response_encrypted)
     # The key names the whole list: another list, or one of its items alone, is a 422.
     assert post(api, [item("k-0")], HTTP_IDEMPOTENCY_KEY="batch-7").status_code == 422
     assert post(api, item("k-0"), HTTP_IDEMPOTENCY_KEY="batch-7").status_code == 422
+
+
+@pytest.mark.parametrize("change", ["delete", "rotate"])
+def test_a_bulk_replay_after_one_of_its_jobs_changed_is_a_409_naming_it(api, change):
+    """Any job of the list deleted, or its secret rotated, since the first
+    answer: the list is not replayed, and no secret is shown."""
+    body = [item("m-0"), item("m-1"), item("m-2")]
+    first = post(api, body, HTTP_IDEMPOTENCY_KEY="batch-8").json()
+    changed = first[1]["id"]
+    if change == "delete":
+        assert api.delete(f"{JOBS}{changed}/").status_code == 204
+    else:
+        assert api.post(f"{JOBS}{changed}/rotate-secret/").status_code == 200
+    again = post(api, body, HTTP_IDEMPOTENCY_KEY="batch-8")
+    assert again.status_code == 409
+    detail = again.json()["detail"]
+    assert f"created job {changed}, " in detail
+    assert ("deleted" if change == "delete" else "rotated") in detail
+    assert first[0]["id"] not in detail and first[2]["id"] not in detail
+    assert "whsec_" not in again.content.decode()
+    assert Job.objects.count() == 3
 
 
 def test_a_refused_bulk_create_does_not_use_up_its_key(api):

@@ -4,11 +4,17 @@ through the unique fire key."""
 from __future__ import annotations
 
 import datetime as dt
+import importlib
+import json
 import threading
 
 import pytest
+from django.apps import apps
 from django.db import connection
 
+from core.api_errors import Conflict
+from core.db import db_now
+from jobs import crypto, idempotency
 from jobs.models import IdempotencyKey, Job
 from runs import identity
 from runs.models import Run
@@ -60,10 +66,87 @@ def test_create_repeated_with_the_same_key_returns_the_same_job_and_secret(api):
     again = api.post(JOBS, BODY, format="json", HTTP_IDEMPOTENCY_KEY="k1")
     assert first.status_code == again.status_code == 201
     assert again.json() == first.json()  # the secret too: the first answer may have been lost
+    assert again["Idempotent-Replayed"] == "true"
     assert Job.objects.count() == 1
-    # The stored answer holds a secret, so it is encrypted at rest.
-    stored = IdempotencyKey.objects.get()
-    assert first.json()["secret"] not in stored.response_encrypted
+    assert_no_secret_stored([first.json()["secret"]])
+
+
+def assert_no_secret_stored(secrets: list[str]) -> None:
+    """No stored answer holds a secret: not in any column as stored, nor in
+    the answer once decrypted."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT row_to_json(k)::text FROM jobs_idempotencykey k")
+        rows = [row[0] for row in cur.fetchall()]
+    assert rows
+    decrypted = [crypto.decrypt(k.response_encrypted) for k in IdempotencyKey.objects.all()]
+    for text in rows + decrypted:
+        assert "whsec_" not in text and '"secret"' not in text
+        assert not any(secret in text for secret in secrets)
+
+
+def test_a_create_replayed_after_its_job_was_deleted_is_a_409_saying_so(api):
+    first = api.post(JOBS, BODY, format="json", HTTP_IDEMPOTENCY_KEY="gone")
+    job_id = first.json()["id"]
+    assert api.delete(f"{JOBS}{job_id}/").status_code == 204
+    again = api.post(JOBS, BODY, format="json", HTTP_IDEMPOTENCY_KEY="gone")
+    assert again.status_code == 409
+    assert again.json() == {
+        "detail": f"This Idempotency-Key created job {job_id}, which has since been deleted;"
+        " the answer is not replayed."
+    }
+    assert Job.objects.count() == 1  # and nothing new was made
+
+
+def test_a_create_replayed_after_a_rotation_is_a_409_and_shows_no_secret(api):
+    first = api.post(JOBS, BODY, format="json", HTTP_IDEMPOTENCY_KEY="rotated")
+    job_id = first.json()["id"]
+    new = api.post(f"{JOBS}{job_id}/rotate-secret/").json()["secret"]
+    again = api.post(JOBS, BODY, format="json", HTTP_IDEMPOTENCY_KEY="rotated")
+    assert again.status_code == 409
+    detail = again.json()["detail"]
+    assert f"created job {job_id}, whose secret has since been rotated" in detail
+    assert "shown only once" in detail
+    assert first.json()["secret"] not in again.content.decode()
+    assert new not in again.content.decode()
+    assert_no_secret_stored([first.json()["secret"], new])
+
+
+def test_a_create_replayed_after_an_edit_still_answers_the_current_secret(api):
+    """Only a delete or a rotation changes the answer: the secret given is
+    still the one that signs."""
+    first = api.post(JOBS, BODY, format="json", HTTP_IDEMPOTENCY_KEY="edited")
+    api.patch(f"{JOBS}{first.json()['id']}/", {"description": "later"}, format="json")
+    again = api.post(JOBS, BODY, format="json", HTTP_IDEMPOTENCY_KEY="edited")
+    assert again.status_code == 201 and again.json() == first.json()
+    job = Job.objects.get()
+    assert job.signing_secrets(job.updated_at) == [again.json()["secret"]]
+
+
+def test_an_answer_stored_with_its_secret_before_the_upgrade_is_rewritten(api, owner):
+    """The migration that stopped storing secrets rewrites older rows: the
+    secret goes; a job whose secret is still that one replays it, a job
+    rotated since answers 409."""
+    kept, rotated = make_job(owner, name="kept"), make_job(owner, name="rotated")
+    kept_secret = crypto.decrypt(kept.secret_encrypted)
+    rotated_secret = crypto.decrypt(rotated.secret_encrypted)
+    rotated.rotate_secret()
+    for key, job, secret in (("a", kept, kept_secret), ("b", rotated, rotated_secret)):
+        answer = {"id": str(job.pk), "name": job.name, "secret": secret}
+        IdempotencyKey.objects.create(
+            owner=owner,
+            key=key,
+            fingerprint="legacy",
+            status_code=201,
+            response_encrypted=crypto.encrypt(json.dumps(answer)),
+            created_at=db_now(),
+        )
+    migration = importlib.import_module("jobs.migrations.0008_idempotency_secret_digests")
+    migration.strip_stored_secrets(apps, None)
+    assert_no_secret_stored([kept_secret, rotated_secret])
+    replay = idempotency._replay(IdempotencyKey.objects.get(key="a"), "legacy")
+    assert replay.data == {"id": str(kept.pk), "name": "kept", "secret": kept_secret}
+    with pytest.raises(Conflict, match="has since been rotated"):
+        idempotency._replay(IdempotencyKey.objects.get(key="b"), "legacy")
 
 
 def test_the_same_key_on_a_different_request_is_a_422(api, owner):

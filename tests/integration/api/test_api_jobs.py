@@ -10,6 +10,7 @@ from django.db import connection
 
 from accounts.throttles import OwnerRateThrottle
 from core.db import db_now
+from jobs import changes
 from jobs.models import Job, JobEvent
 from runs import job_verbs
 from runs.models import Run
@@ -160,9 +161,17 @@ def test_every_change_writes_an_audit_event_without_the_secret(api, owner):
         "deleted",
     ]
     assert all(e.channel == "api" and e.actor == owner for e in events)
-    assert events[1].changes["name"] == {"from": "nightly report", "to": "renamed"}
-    assert events[1].changes["payload"] == {"from": {}, "to": {"k": "v"}}
-    assert job["secret"] not in str([e.changes for e in events])
+    assert events[1].changes == {
+        "name": ["nightly report", "renamed"],
+        "payload": [changes.digest({}), changes.digest({"k": "v"})],
+    }
+    assert events[2].changes["pause_note"] == ["", "maintenance"]
+    assert events[2].changes["state"] == ["active", "paused"]
+    assert events[3].changes["state"] == ["paused", "active"]
+    assert list(events[5].changes) == ["previous_secret_until"]
+    assert events[6].changes["deleted_at"][0] is None
+    recorded = str([e.changes for e in events])
+    assert job["secret"] not in recorded and "whsec_" not in recorded
 
 
 def test_events_are_listed_newest_first(api):

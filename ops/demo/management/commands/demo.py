@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from accounts import tokens
+from jobs import changes
 from jobs.models import Channel, Job
 
 USERNAME = "admin"
@@ -125,16 +126,15 @@ class Command(BaseCommand):
             return job, False
         # The receiver's URL names the job, so the id is chosen before saving.
         job_id = uuid.uuid4()
-        job = Job(
-            id=job_id,
-            owner=user,
-            name=JOB_NAME,
-            description="Created by manage.py demo: delivers to the built-in demo receiver.",
-            interval_seconds=interval,
-            url=f"{base}/demo/receiver/{job_id}/",
-            payload={"hello": "from Punctual"},
-            timeout_seconds=10,
-        )
+        values = {
+            "name": JOB_NAME,
+            "description": "Created by manage.py demo: delivers to the built-in demo receiver.",
+            "interval_seconds": interval,
+            "url": f"{base}/demo/receiver/{job_id}/",
+            "payload": {"hello": "from Punctual"},
+            "timeout_seconds": 10,
+        }
+        job = Job(id=job_id, owner=user, **values)
         job.save(force_insert=True)
-        job.record_event("created", channel=Channel.SYSTEM, changes={"source": "manage.py demo"})
+        job.record_event("created", channel=Channel.SYSTEM, changes=changes.initial(values))
         return job, True
