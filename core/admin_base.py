@@ -106,10 +106,11 @@ class RefusingListAdmin(admin.ModelAdmin):
             raise BadListQuery(f"This query cannot be applied: {_reason(exc)}") from exc
 
     def _refuse(self, request, problem: BadListQuery) -> TemplateResponse:
+        plural = str(self.opts.verbose_name_plural)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": f"{self.opts.verbose_name_plural.capitalize()}: this list cannot be shown",
+            "title": f"{plural.capitalize()}: this list cannot be shown",
             "problem": str(problem),
         }
         return TemplateResponse(request, self.refused_template, context, status=problem.status)

@@ -336,3 +336,21 @@ def test_an_action_on_a_selection_that_is_not_an_id_is_a_400(client, user, selec
     job.refresh_from_db()
     assert job.state == JobState.ACTIVE
     assert not JobEvent.objects.filter(job=job).exclude(action="created").exists()
+
+
+def test_a_payload_stored_before_the_rules_still_shows_and_cannot_be_saved_again(client, user):
+    """900 levels: past the rule, and deep enough that json.dumps, several hundred
+    frames down in a template, overflows the stack."""
+    job = make_job(user, name="deep")
+    deep: dict = {}
+    for _ in range(900):
+        deep = {"a": deep}
+    Job.objects.filter(pk=job.pk).update(payload=deep)  # as if stored before the rules
+    change = reverse("admin:jobs_job_change", args=[job.pk])
+    page = client.get(change)
+    assert page.status_code == 200
+    shown = page.context["adminform"].form["payload"].value()
+    assert strict_json.dumps(deep) == shown
+    job.refresh_from_db()
+    data = admin_form(user, name="deep", payload=shown, expected_version=str(job.version))
+    assert form_errors(client.post(change, data))["payload"] == [strict_json.TOO_DEEP]
