@@ -16,10 +16,7 @@ from collections.abc import Mapping
 from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
-# Datetimes past these are refused: the dispatcher and workers add intervals,
-# jitter and leases to stored times, and must never overflow year 9999.
-EARLIEST = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-LATEST = dt.datetime(9000, 1, 1, tzinfo=dt.UTC)
+from core.time_bounds import range_problem
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -71,7 +68,6 @@ class AwareDateTimeField(UtcDateTimeField):
 
     default_error_messages = {
         "naive": "Include a UTC offset, e.g. 2026-01-01T09:00:00Z or 2026-01-01T10:00:00+01:00.",
-        "range": "Must be between 1970-01-01 and 9000-01-01.",
     }
 
     def to_internal_value(self, value):
@@ -84,8 +80,9 @@ class AwareDateTimeField(UtcDateTimeField):
         if parsed is not None and parsed.utcoffset() is None:
             self.fail("naive")
         result = super().to_internal_value(value)
-        if not EARLIEST <= result < LATEST:
-            self.fail("range")
+        reason = range_problem(result)
+        if reason:
+            raise serializers.ValidationError(reason, code="range")
         return result
 
 

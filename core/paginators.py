@@ -13,7 +13,9 @@ pages past the page being shown instead:
 3. Otherwise ``count`` is a lower bound (``count_is_exact`` is False): the
    page links reach ``pages_ahead`` pages ahead, and the page says "more than".
 
-The cost grows with the page number, never with the table.
+The cost grows with the page number, never with the table. A page whose rows
+would start past PostgreSQL's largest ``OFFSET`` (a bigint) cannot hold any:
+its window is empty without a query, so the page is past the end.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from typing import Any
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.utils.functional import cached_property
+
+# PostgreSQL's OFFSET and LIMIT are bigints.
+MAX_OFFSET = 2**63 - 1
 
 
 class LookaheadPaginator(Paginator):
@@ -42,6 +47,8 @@ class LookaheadPaginator(Paginator):
     def count(self) -> int:
         offset = (self.page_number - 1) * self.per_page
         window = self.per_page * self.pages_ahead
+        if offset + window + 1 > MAX_OFFSET:
+            return offset  # no table has rows there: the page is past the end
         seen = len(self.object_list.values_list("pk", flat=True)[offset : offset + window + 1])
         if seen > window:
             self.count_is_exact = False

@@ -8,20 +8,91 @@ of Punctual accepts, with the error next to the field.
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import zoneinfo
 from typing import TYPE_CHECKING
 
 from django import forms
 from django.conf import settings
+from django.core.validators import MaxLengthValidator, ProhibitNullCharactersValidator
+from django.forms.fields import InvalidJSONInput
 from django.utils import timezone
 
+from core import strict_json
+from core.time_bounds import range_problem
 from jobs import quotas, schedules
-from jobs.limits import MAX_LENGTHS, RANGES, max_payload_bytes, payload_size
+from jobs.limits import (
+    MAX_LENGTHS,
+    PAYLOAD_DEPTH,
+    RANGES,
+    TOO_LONG_TEXT,
+    max_payload_bytes,
+    payload_from_text,
+)
 from jobs.models import Job, TargetKind
 from jobs.targets import UnsafeTargetError, check_url
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
+
+
+class PayloadField(forms.JSONField):
+    """The payload box, read by the API's strict JSON rules (``payload_from_text``).
+
+    Django's JSONField reads the text with plain ``json.loads`` (``NaN``, NUL
+    characters, lone surrogates, 5,000-digit numbers and deep nesting all get
+    through it, or crash it), and writes a value back with ``json.dumps``,
+    which recurses once per level: a payload stored before the depth rule could
+    not be shown. Here the text is judged as the API judges a payload, with the
+    same messages; what was typed is shown again as typed; a stored value is
+    written back by ``strict_json.dumps``, at any depth.
+    """
+
+    def to_python(self, value):
+        if not isinstance(value, str):
+            return value  # already a value: the initial one, or a disabled field's
+        if value in self.empty_values:
+            return None
+        try:
+            return payload_from_text(value)
+        except strict_json.JSONProblem as exc:
+            raise forms.ValidationError(str(exc), code="invalid") from None
+
+    def bound_data(self, data, initial):
+        if self.disabled or data is None:
+            return super().bound_data(data, initial)
+        return InvalidJSONInput(data)
+
+    def prepare_value(self, value):
+        if isinstance(value, InvalidJSONInput):
+            return value
+        return strict_json.dumps(value)
+
+    def has_changed(self, initial, data):
+        try:
+            value = self.to_python(data) or {}  # an empty box is the empty payload
+        except forms.ValidationError:
+            return True
+        initial = initial or {}
+        if strict_json.problem(initial, depth=PAYLOAD_DEPTH):
+            return True  # stored before the rules: no valid value equals it
+        # Key order does not matter; true and 1 differ (Python's == says equal).
+        return json.dumps(initial, sort_keys=True) != json.dumps(value, sort_keys=True)
+
+
+def _speak_as_the_api(field: forms.Field) -> None:
+    """Give a text field the API's words for a NUL character and for a value
+    too long, so that the admin refuses the same text with the same message."""
+    validators = []
+    for validator in field.validators:
+        if isinstance(validator, ProhibitNullCharactersValidator):
+            validator = ProhibitNullCharactersValidator(message=strict_json.NUL)
+        elif isinstance(validator, MaxLengthValidator):
+            limit = validator.limit_value
+            validator = MaxLengthValidator(limit, message=TOO_LONG_TEXT.format(max_length=limit))
+        validators.append(validator)
+    field.validators = validators
 
 
 def _zone_choices() -> list[tuple[str, str]]:
@@ -77,6 +148,11 @@ class JobForm(forms.ModelForm):
         help_text="Pause the job after this many consecutive failed runs. Empty: never.",
     )
 
+    payload = PayloadField(
+        required=False,
+        help_text="A JSON object sent as data.payload in every delivery (at most 64 KiB).",
+    )
+
     # The version the page was loaded at: saving over a change made meanwhile
     # (by the API, a pause, the system) is refused, like the API's If-Match.
     expected_version = forms.IntegerField(required=False, widget=forms.HiddenInput)
@@ -110,6 +186,8 @@ class JobForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        for field in self.fields.values():
+            _speak_as_the_api(field)
         if self.instance.owner_id is None and self.default_owner is not None:
             self.instance.owner = self.default_owner
         if self.instance.pk is not None:
@@ -143,18 +221,15 @@ class JobForm(forms.ModelForm):
             raise forms.ValidationError(str(exc)) from None
 
     def clean_payload(self) -> dict:
-        payload = self.cleaned_data.get("payload")
-        if payload in (None, ""):
-            return {}
-        if not isinstance(payload, dict):
-            raise forms.ValidationError('The payload must be a JSON object, such as {"key": 1}.')
-        size = payload_size(payload)
-        if size > max_payload_bytes():
-            raise forms.ValidationError(
-                f"The payload must be at most {max_payload_bytes():,} bytes once serialized"
-                f" (it is {size:,} bytes)."
-            )
-        return payload
+        # An empty box is the empty payload; anything else PayloadField judged.
+        return self.cleaned_data.get("payload") or {}
+
+    def clean_start_at(self) -> dt.datetime | None:
+        start_at = self.cleaned_data.get("start_at")
+        reason = start_at and range_problem(start_at)
+        if reason:
+            raise forms.ValidationError(reason)
+        return start_at
 
     # -- the whole form
 

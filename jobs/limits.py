@@ -1,8 +1,9 @@
 """The limits of a job's fields (README "Input rules"), in one table.
 
 The model's validators, the admin form and the API serializer all read their
-bounds from here, so the two ways in accept and refuse exactly the same
-values; tests/integration/test_job_limits.py walks every boundary through
+bounds from here, and both judge a payload with :func:`payload_problem`, so
+the two ways in accept and refuse exactly the same values, in the same words;
+tests/integration/test_job_limits.py walks every boundary through
 both. The schedule's own limits stay with the schedule rules
 (``jobs.schedules``) and are only listed here.
 
@@ -20,6 +21,7 @@ from typing import TypedDict
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 
+from core import strict_json
 from jobs.schedules import MAX_CRON_LENGTH, MAX_INTERVAL_SECONDS
 
 
@@ -103,3 +105,40 @@ def payload_bytes(value: object) -> bytes:
 def payload_size(value: object) -> int:
     """Bytes of the payload as delivered."""
     return len(payload_bytes(value))
+
+
+# The API's (DRF's) words for a text over its MAX_LENGTHS; the admin form uses them too.
+TOO_LONG_TEXT = "Ensure this field has no more than {max_length} characters."
+
+# In an API body the payload is a field of the job object: it sits at level 2,
+# and its own nesting counts from there. The admin's payload box holds the
+# payload alone, and is judged at the same level, so that a value is refused
+# (or accepted) the same way in both.
+PAYLOAD_DEPTH = 2
+NOT_AN_OBJECT = "Must be a JSON object."
+
+
+def payload_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a job's payload, or None: the one rule of the
+    API's ``payload`` field and the admin's payload box."""
+    if not isinstance(value, dict):
+        return NOT_AN_OBJECT
+    reason = strict_json.problem(value, depth=PAYLOAD_DEPTH)
+    if reason:
+        return reason
+    size = payload_size(value)
+    limit = max_payload_bytes()
+    if size > limit:
+        return f"Must be at most {limit:,} bytes once serialized as JSON (got {size:,})."
+    return None
+
+
+def payload_from_text(text: str) -> dict:
+    """The payload a JSON text (the admin's payload box) holds, read by the
+    API's strict rules; :class:`strict_json.JSONProblem` names what is wrong."""
+    value = strict_json.loads(text)
+    reason = payload_problem(value)
+    if reason:
+        raise strict_json.JSONProblem(reason)
+    assert isinstance(value, dict)  # payload_problem refuses anything else
+    return value

@@ -26,7 +26,7 @@ from core.api_fields import (
     UtcDateTimeField,
 )
 from jobs import quotas
-from jobs.limits import MAX_LENGTHS, RANGES, max_payload_bytes, payload_size
+from jobs.limits import MAX_LENGTHS, RANGES, payload_problem
 from jobs.models import Job, JobEvent, JobState, MisfirePolicy, OverlapPolicy, TargetKind
 from jobs.schedules import Schedule, ScheduleError, validate_cron, validate_timezone
 from jobs.targets import UnsafeTargetError, check_url
@@ -38,17 +38,13 @@ SCHEDULE_FIELDS = ("cron", "interval_seconds", "timezone", "start_at")
 
 @extend_schema_field({"type": "object", "additionalProperties": True})
 class PayloadField(serializers.Field):
-    default_error_messages = {
-        "not_object": "Must be a JSON object.",
-        "too_large": "Must be at most {most:,} bytes once serialized as JSON (got {size:,}).",
-    }
+    """The job's payload, judged by ``jobs.limits.payload_problem``: the admin's
+    payload box uses the same rule, so both refuse a value in the same words."""
 
     def to_internal_value(self, data):
-        if not isinstance(data, dict):
-            self.fail("not_object")
-        size = payload_size(data)
-        if size > max_payload_bytes():
-            self.fail("too_large", most=max_payload_bytes(), size=size)
+        reason = payload_problem(data)
+        if reason:
+            raise serializers.ValidationError(reason)
         return data
 
     def to_representation(self, value):

@@ -9,6 +9,8 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import path
 
+from core.admin_base import refusing
+
 
 class PunctualAdminSite(admin.AdminSite):
     site_header = "Punctual"
@@ -18,6 +20,10 @@ class PunctualAdminSite(admin.AdminSite):
     # The lists are wide (a run has ten columns worth reading); three models
     # need no sidebar to navigate between them.
     enable_nav_sidebar = False
+
+    def register(self, model_or_iterable, admin_class=None, **options):
+        # Every list refuses a bad query with a 4xx, whoever wrote its admin.
+        super().register(model_or_iterable, refusing(admin_class or admin.ModelAdmin), **options)
 
     def get_urls(self):
         # Before the stock patterns: they end in a catch-all.

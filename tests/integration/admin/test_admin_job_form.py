@@ -79,7 +79,7 @@ def test_the_form_groups_fields_under_titled_fieldsets(ann_client):
         ({"url": "http://169.254.169.254/latest"}, "url", "non-public address"),
         ({"url": "ftp://93.184.215.14/x"}, "url", "http"),
         ({"url": ""}, "url", "needs a URL"),
-        ({"payload": "[1, 2]"}, "payload", "must be a JSON object"),
+        ({"payload": "[1, 2]"}, "payload", "Must be a JSON object"),
         ({"timeout_seconds": "901"}, "timeout_seconds", "less than or equal to 900"),
         ({"max_attempts": "21"}, "max_attempts", "less than or equal to 20"),
         ({"jitter_seconds": "-1"}, "jitter_seconds", "greater than or equal to 0"),
