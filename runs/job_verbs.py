@@ -22,6 +22,7 @@ import dataclasses
 import datetime as dt
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
@@ -241,6 +242,7 @@ def trigger(
         max_attempts=job.max_attempts,
         target_kind=job.target_kind,
         exclusive=job.overlap_policy != OverlapPolicy.ALLOW,
+        owner_id=job.owner_id,
     )
     job.record_event("triggered", actor=actor, channel=channel, changes={"run": str(run.pk)})
     notify.runs_claimable("trigger")
@@ -260,7 +262,11 @@ def backfill(
     """Every slot in [start, end) without a run becomes a ``backfill`` run.
 
     Slots that already have a run are left alone (the unique fire key makes
-    a repeated backfill harmless).
+    a repeated backfill harmless). The runs become available one after
+    another at PUNCTUAL_BACKFILL_RATE per second, oldest fire first, rather
+    than all at once: a backfill of an ``allow`` job would otherwise send its
+    whole window to the receiver in one burst, and take the workers from every
+    other job meanwhile.
     """
     slots = job.schedule.fires_between(start, end, limit=MAX_BACKFILL)
     taken = set(
@@ -269,7 +275,8 @@ def backfill(
     free = [s for s in slots if s not in taken]
     created = 0
     if not dry_run and free:
-        created = Run.objects.create_for_fires(job, free, kind=RunKind.BACKFILL)
+        spread = Run.objects.spread_after(job, now=db_now(), rate=settings.PUNCTUAL_BACKFILL_RATE)
+        created = Run.objects.create_for_fires(job, free, kind=RunKind.BACKFILL, spread=spread)
         job.record_event(
             "backfilled",
             actor=actor,

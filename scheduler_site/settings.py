@@ -27,6 +27,8 @@ env = environ.Env(
     PUNCTUAL_DEMO=(bool, False),
     PUNCTUAL_LISTEN=(bool, True),
     PUNCTUAL_POLL_SECONDS=(float, 5.0),
+    PUNCTUAL_BACKFILL_RATE=(float, 10.0),
+    PUNCTUAL_BACKLOG_DEGRADED_SECONDS=(float, 60.0),
 )
 
 DEBUG = env("DEBUG")
@@ -62,6 +64,17 @@ PUNCTUAL_LISTEN = env("PUNCTUAL_LISTEN")
 PUNCTUAL_POLL_SECONDS = env("PUNCTUAL_POLL_SECONDS")
 if not 0.01 <= PUNCTUAL_POLL_SECONDS <= 3600:
     raise environ.ImproperlyConfigured("PUNCTUAL_POLL_SECONDS must be between 0.01 and 3600")
+
+# A backfill's runs become available this many per second per job
+# (runs/job_verbs.py backfill), not all at once.
+PUNCTUAL_BACKFILL_RATE = env("PUNCTUAL_BACKFILL_RATE")
+if not 0.01 <= PUNCTUAL_BACKFILL_RATE <= 1_000_000:
+    raise environ.ImproperlyConfigured("PUNCTUAL_BACKFILL_RATE must be between 0.01 and 1000000")
+# /api/v1/health/ answers degraded once the oldest claimable run has waited
+# longer than this (ops/health.py).
+PUNCTUAL_BACKLOG_DEGRADED_SECONDS = env("PUNCTUAL_BACKLOG_DEGRADED_SECONDS")
+if PUNCTUAL_BACKLOG_DEGRADED_SECONDS <= 0:
+    raise environ.ImproperlyConfigured("PUNCTUAL_BACKLOG_DEGRADED_SECONDS must be positive")
 
 # The demo app (ops.demo): the built-in receiver that `make run` delivers to.
 PUNCTUAL_DEMO = env("PUNCTUAL_DEMO")
