@@ -29,7 +29,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from core.db import db_now, dict_cursor
+from core.db import DB_NOW_SQL, db_now, dict_cursor
 from dispatch import fleet, queries
 
 log = logging.getLogger("punctual.health")
@@ -57,11 +57,13 @@ def dispatch_lag_seconds(now: dt.datetime) -> float:
 # waits for its own job, not for a worker, and is passed over. A backfill
 # spread over the coming minutes (PUNCTUAL_BACKFILL_RATE) is not due yet and
 # does not count. Pull runs are left out: their owner's workers claim them.
-OLDEST_CLAIMABLE = """
-    SELECT extract(epoch FROM %(now)s - r.available_at) AS age
-    FROM runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id
+# ``now`` is the caller's (None: the database clock's, in the same round trip).
+OLDEST_CLAIMABLE = f"""
+    WITH t AS (SELECT coalesce(%(now)s::timestamptz, {DB_NOW_SQL}) AS now)
+    SELECT extract(epoch FROM t.now - r.available_at) AS age
+    FROM t, runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id
     WHERE r.state IN ('pending', 'retrying') AND r.target_kind = 'webhook'
-      AND r.available_at <= %(now)s AND j.state = 'active' AND j.deleted_at IS NULL
+      AND r.available_at <= t.now AND j.state = 'active' AND j.deleted_at IS NULL
       AND NOT (r.exclusive AND EXISTS (
           SELECT 1 FROM runs_exclusive_running AS x WHERE x.job_id = r.job_id))
     ORDER BY r.available_at
@@ -69,8 +71,9 @@ OLDEST_CLAIMABLE = """
 """
 
 
-def backlog_seconds(now: dt.datetime) -> float:
-    """How long the oldest claimable run has waited for a worker (0: none)."""
+def backlog_seconds(now: dt.datetime | None = None) -> float:
+    """How long the oldest claimable run has waited for a worker (0: none),
+    at ``now`` (None: the database's now)."""
     with dict_cursor() as cur:
         cur.execute(OLDEST_CLAIMABLE, {"now": now})
         row = cur.fetchone()

@@ -45,9 +45,8 @@ def dispatcher_outage(request) -> dict:
         user = getattr(request, "user", None)
         if user is None or not (user.is_active and user.is_staff):
             return None
-        from core.db import db_now
         from ops import health
 
-        return health.backlog_reason(health.backlog_seconds(db_now()))
+        return health.backlog_reason(health.backlog_seconds())
 
     return {"dispatcher_outage": outage, "claim_backlog": backlog}
