@@ -181,6 +181,7 @@ class Dispatcher:
                         jitter=dt.timedelta(seconds=jitter_offset(job.id, job.jitter_seconds)),
                         missed_counted=plan.missed_counted,
                         missed_since=plan.missed_since,
+                        owner_id=job.owner_id,
                     )
                 )
                 runs.extend(

@@ -25,7 +25,7 @@ from runs.planning import DueJob
 _DUE_COLUMNS = """
     id, cron, interval_seconds, timezone, start_at, created_at, next_fire_at,
     misfire_policy, max_catchup, misfire_grace_seconds, overlap_policy,
-    jitter_seconds, max_attempts, target_kind
+    jitter_seconds, max_attempts, target_kind, owner_id
 """
 
 # Dispatcher tick, planned path (uses job_due_idx). SKIP LOCKED lets several
@@ -78,20 +78,21 @@ INSERT_RUNS_AND_ADVANCE = """
         INSERT INTO runs_run (
             id, job_id, scheduled_at, kind, state, reason, attempt, max_attempts,
             available_at, lease_owner, created_at, finished_at, last_error,
-            target_kind, exclusive
+            target_kind, exclusive, owner_id
         )
         SELECT r.id, j.id, r.scheduled_at, s.kind, s.state, s.reason, 0,
                j.max_attempts,
                CASE WHEN s.state = 'pending' THEN r.scheduled_at + j.jitter END,
                '', %(now)s,
                CASE WHEN s.state <> 'pending' THEN %(now)s::timestamptz END,
-               '', j.target_kind, j.exclusive
+               '', j.target_kind, j.exclusive, j.owner_id
         FROM unnest(%(run_ids)s::uuid[], %(run_jobs)s::int[], %(run_at)s::timestamptz[],
                     %(run_shapes)s::int[])
                  AS r(id, job, scheduled_at, shape)
         JOIN unnest(%(ids)s::uuid[], %(max_attempts)s::int[], %(targets)s::text[],
-                    %(exclusive)s::bool[], %(jitter)s::interval[])
-                 WITH ORDINALITY AS j(id, max_attempts, target_kind, exclusive, jitter, n)
+                    %(exclusive)s::bool[], %(jitter)s::interval[], %(owners)s::bigint[])
+                 WITH ORDINALITY
+                 AS j(id, max_attempts, target_kind, exclusive, jitter, owner_id, n)
              ON j.n = r.job
         JOIN unnest(%(kinds)s::text[], %(states)s::text[], %(reasons)s::text[])
                  WITH ORDINALITY AS s(kind, state, reason, n)
@@ -176,7 +177,7 @@ LOCK_SIMPLE_INTERVALS = f"""
 DISPATCH_SIMPLE_INTERVALS = """
     WITH due AS (
         SELECT j.id, f.run_id, j.next_fire_at, j.interval_seconds, j.overlap_policy,
-               j.max_attempts, j.target_kind
+               j.max_attempts, j.target_kind, j.owner_id
         FROM unnest(string_to_array(%(tids)s, ' ')::tid[],
                     string_to_array(%(run_ids)s, ',')::uuid[]) AS f(tid, run_id)
         JOIN jobs_job AS j ON j.ctid = f.tid
@@ -184,11 +185,11 @@ DISPATCH_SIMPLE_INTERVALS = """
         INSERT INTO runs_run (
             id, job_id, scheduled_at, kind, state, reason, attempt, max_attempts,
             available_at, lease_owner, created_at, finished_at, last_error,
-            target_kind, exclusive
+            target_kind, exclusive, owner_id
         )
         SELECT due.run_id, due.id, due.next_fire_at, 'scheduled', 'pending', '', 0,
                due.max_attempts, due.next_fire_at, '', %(now)s, NULL, '',
-               due.target_kind, due.overlap_policy <> 'allow'
+               due.target_kind, due.overlap_policy <> 'allow', due.owner_id
         FROM due
         ON CONFLICT (job_id, scheduled_at) DO NOTHING
         RETURNING 1
@@ -278,6 +279,7 @@ class Advance:
     jitter: dt.timedelta = dt.timedelta(0)
     missed_counted: int = 0  # fires missed past the recorded cap, counted only
     missed_since: dt.datetime | None = None  # the first of them
+    owner_id: int | None = None  # the job's, copied onto its runs
 
 
 def insert_runs_and_advance(
@@ -313,6 +315,7 @@ def insert_runs_and_advance(
         "targets": [a.target_kind for a in advances],
         "exclusive": [a.exclusive for a in advances],
         "jitter": [a.jitter for a in advances],
+        "owners": [a.owner_id for a in advances],
         "missed": [a.missed_counted for a in advances],
         "missed_since": [a.missed_since if a.missed_counted else None for a in advances],
     }

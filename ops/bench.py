@@ -154,11 +154,13 @@ def insert_jobs(
     overlap: str = "skip",
     timeout: int = 30,
     name: str = "bench-",
+    owner: int | None = None,
 ) -> None:
     """Insert ``count`` interval jobs in one statement; the first ``due`` are due
     now, the rest a day from now. ``spread`` staggers the anchors evenly over
-    one interval, as a real fleet's are, instead of all firing at once."""
-    owner = bench_owner().pk
+    one interval, as a real fleet's are, instead of all firing at once. The
+    jobs are the bench owner's, or ``owner``'s (a user's id)."""
+    owner = bench_owner().pk if owner is None else owner
     secret = crypto.encrypt(crypto.generate_secret())
     with connection.cursor() as cur:
         cur.execute(

@@ -8,10 +8,13 @@ list of ``reasons`` when:
   database clock: fires are going late right now;
 - the dispatch lag is over ``LAG_LIMIT`` (30 s): dispatchers run, but cannot
   keep up (or are all sharded away from some jobs);
+- the oldest claimable run has waited longer than
+  ``PUNCTUAL_BACKLOG_DEGRADED_SECONDS`` (60 s): fires are made on time, but
+  the workers do not deliver them (too few, or one owner's flood);
 - the database does not answer (``"database": "error"``).
 
-Three small queries, each served by an index (heartbeat rows, ``job_due_idx``),
-so probing it every few seconds costs nothing.
+Four small queries, each served by an index (heartbeat rows, ``job_due_idx``,
+``run_claim_webhook_idx``), so probing it every few seconds costs nothing.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ import datetime as dt
 import logging
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 
-from core.db import db_now
+from core.db import DB_NOW_SQL, db_now, dict_cursor
 from core.http import json_require_safe
 from dispatch import fleet, queries
 
@@ -45,12 +49,56 @@ def dispatch_lag_seconds(now: dt.datetime) -> float:
     return max(0.0, (now - earliest).total_seconds())
 
 
+# The oldest claimable webhook run: waiting (pending or retrying), due, of a
+# live job. ``ORDER BY available_at LIMIT 1`` reads run_claim_webhook_idx
+# from its start in every day's partition (one probe each) and merges them;
+# the first row's job is then looked up by its key. A run of a skip/queue job
+# waiting for its job's running run (runs_exclusive_running, one key probe)
+# waits for its own job, not for a worker, and is passed over. A backfill
+# spread over the coming minutes (PUNCTUAL_BACKFILL_RATE) is not due yet and
+# does not count. Pull runs are left out: their owner's workers claim them.
+# ``now`` is the caller's (None: the database clock's, in the same round trip).
+OLDEST_CLAIMABLE = f"""
+    WITH t AS (SELECT coalesce(%(now)s::timestamptz, {DB_NOW_SQL}) AS now)
+    SELECT extract(epoch FROM t.now - r.available_at) AS age
+    FROM t, runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id
+    WHERE r.state IN ('pending', 'retrying') AND r.target_kind = 'webhook'
+      AND r.available_at <= t.now AND j.state = 'active' AND j.deleted_at IS NULL
+      AND NOT (r.exclusive AND EXISTS (
+          SELECT 1 FROM runs_exclusive_running AS x WHERE x.job_id = r.job_id))
+    ORDER BY r.available_at
+    LIMIT 1
+"""
+
+
+def backlog_seconds(now: dt.datetime | None = None) -> float:
+    """How long the oldest claimable run has waited for a worker (0: none),
+    at ``now`` (None: the database's now)."""
+    with dict_cursor() as cur:
+        cur.execute(OLDEST_CLAIMABLE, {"now": now})
+        row = cur.fetchone()
+    return 0.0 if row is None else max(0.0, float(row["age"]))
+
+
+def backlog_reason(age: float) -> str | None:
+    """The reason the backlog makes the service degraded, or None: shared by
+    the health answer and the admin banner."""
+    limit = settings.PUNCTUAL_BACKLOG_DEGRADED_SECONDS
+    if age <= limit:
+        return None
+    return (
+        f"oldest claimable run has waited {age:.0f} s for a worker"
+        f" (over {limit:.0f} s): deliveries are late"
+    )
+
+
 @dataclass
 class Health:
     database: str = "ok"
     dispatchers: int | None = None
     workers: int | None = None
     dispatch_lag_seconds: float | None = None
+    backlog_seconds: float | None = None
     reasons: list[str] = field(default_factory=list)
 
     @property
@@ -64,6 +112,7 @@ class Health:
             "dispatchers": self.dispatchers,
             "workers": self.workers,
             "dispatch_lag_seconds": self.dispatch_lag_seconds,
+            "backlog_seconds": self.backlog_seconds,
         }
         if not self.ok:
             body["reasons"] = self.reasons
@@ -71,13 +120,14 @@ class Health:
 
 
 def check() -> Health:
-    """Read the fleet and the lag, by the database clock, and judge them."""
+    """Read the fleet, the lag and the backlog, by the database clock, and judge them."""
     health = Health()
     try:
         now = db_now()
         health.dispatchers = fleet.alive("dispatcher", now).count()
         health.workers = fleet.alive("worker", now).count()
         lag = dispatch_lag_seconds(now)
+        backlog = backlog_seconds(now)
     except DatabaseError as exc:
         # The details (host names, user names) go to the log, not to an
         # unauthenticated caller.
@@ -86,11 +136,14 @@ def check() -> Health:
         health.reasons.append("database unavailable")
         return health
     health.dispatch_lag_seconds = round(lag, 3)
+    health.backlog_seconds = round(backlog, 3)
     if health.dispatchers == 0:
         window = int(fleet.ALIVE_WITHIN.total_seconds())
         health.reasons.append(f"no dispatcher seen within {window} s")
     if lag > LAG_LIMIT:
         health.reasons.append(f"dispatch lag {lag:.0f} s is over {LAG_LIMIT:.0f} s")
+    if reason := backlog_reason(backlog):
+        health.reasons.append(reason)
     return health
 
 

@@ -202,6 +202,13 @@ class JobAdmin(OwnerScopedAdmin):
 
     # -- the form
 
+    def get_readonly_fields(self, request, obj=None):
+        # A job's owner is fixed once it exists: its runs carry a copy
+        # (runs/models.py Run.owner_id) that the claim shares batches by.
+        if obj is not None:
+            return (*self.readonly_fields, "owner")
+        return self.readonly_fields
+
     def get_fieldsets(self, request, obj=None):
         first = ["name", "description", "expected_version"]
         if request.user.is_superuser:

@@ -22,6 +22,7 @@ import dataclasses
 import datetime as dt
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
@@ -247,6 +248,7 @@ def trigger(
         max_attempts=job.max_attempts,
         target_kind=job.target_kind,
         exclusive=job.overlap_policy != OverlapPolicy.ALLOW,
+        owner_id=job.owner_id,
     )
     job.record_event("triggered", actor=actor, channel=channel, changes={"run": str(run.pk)})
     notify.runs_claimable("trigger")
@@ -268,6 +270,10 @@ def backfill(
     Slots that already have a run are left alone (the unique fire key makes
     a repeated backfill harmless). The new runs count against the owner's
     backfill runs per hour (jobs/quotas.py); over it, nothing is written.
+    They become available one after another at PUNCTUAL_BACKFILL_RATE per
+    second, oldest fire first, rather than all at once: a backfill of an
+    ``allow`` job would otherwise send its whole window to the receiver in
+    one burst, and take the workers from every other job meanwhile.
     """
     slots = job.schedule.fires_between(start, end, limit=MAX_BACKFILL)
     taken = set(
@@ -276,8 +282,10 @@ def backfill(
     free = [s for s in slots if s not in taken]
     created = 0
     if not dry_run and free:
-        quotas.spend_backfill(job.owner, len(free), db_now())
-        created = Run.objects.create_for_fires(job, free, kind=RunKind.BACKFILL)
+        now = db_now()
+        quotas.spend_backfill(job.owner, len(free), now)
+        spread = Run.objects.spread_after(job, now=now, rate=settings.PUNCTUAL_BACKFILL_RATE)
+        created = Run.objects.create_for_fires(job, free, kind=RunKind.BACKFILL, spread=spread)
         job.record_event(
             "backfilled",
             actor=actor,

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import random
 import uuid
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +55,7 @@ class Claimed:
     timeout_seconds: int
     retry_backoff_seconds: int
     attempt_started_at: dt.datetime | None = None
+    owner_id: int | None = None  # the job's owner (the fair claim counts shares by it)
 
 
 # ---------------------------------------------------------------------------
@@ -65,7 +68,7 @@ _RETURNING_CLAIMED = """
               r.max_attempts, r.lease_until, r.deadline_at, j.name AS job_name,
               j.url, j.payload, j.secret_encrypted, j.previous_secret_encrypted,
               j.previous_secret_until, j.timeout_seconds, j.retry_backoff_seconds,
-              r.attempt_started_at
+              r.attempt_started_at, r.owner_id
 """
 
 # Take the runs chosen by the CTE ``c``. Counting the attempt at claim time
@@ -191,8 +194,11 @@ CLAIM_EXPIRED = (
 )
 
 # Worker claim loop and the pull API's claim, second statement: due waiting
-# runs of live jobs (uses run_claim_webhook_idx / run_claim_pull_idx). Under
-# the job's current overlap policy skip/queue a run waits while another run of
+# runs of live jobs, oldest first (uses run_claim_webhook_idx /
+# run_claim_pull_idx). The worker runs it when one owner alone has due runs,
+# and to fill a batch that the owners' shares (FAIR_CLAIM) left short; the
+# pull API always (a pull worker claims its own owner's runs only). Under the
+# job's current overlap policy skip/queue a run waits while another run of
 # its job is running, or while an earlier one is still waiting, whatever
 # policy the runs were created under: that is what makes a queued fire start
 # only when the one ahead ends, and it keeps two runs of one job out of the
@@ -219,6 +225,72 @@ CLAIM_WAITING = (
         """
     + LOCK_RUN_AND_JOB
     + """
+    )
+"""
+    + _TAKE
+    + _RETURNING_CLAIMED
+)
+
+# Worker claim loop, before the waiting runs are claimed: the owners that
+# have due waiting webhook runs (uses run_claim_owner_idx). A loose index
+# scan: each step is one probe per partition for the first entry after the
+# previous owner, which is the next owner and its oldest available_at, so it
+# costs one step per owner with waiting runs however many runs each has. An
+# owner whose oldest waiting run is not due yet (a spread backfill) has none
+# due, and is left out.
+WAITING_OWNERS = """
+    WITH RECURSIVE o AS (
+        (SELECT owner_id, available_at FROM runs_run
+         WHERE state IN ('pending', 'retrying') AND target_kind = 'webhook'
+         ORDER BY owner_id, available_at LIMIT 1)
+        UNION ALL
+        SELECT n.owner_id, n.available_at FROM o CROSS JOIN LATERAL (
+            SELECT owner_id, available_at FROM runs_run
+            WHERE state IN ('pending', 'retrying') AND target_kind = 'webhook'
+              AND owner_id > o.owner_id
+            ORDER BY owner_id, available_at LIMIT 1) AS n
+    )
+    SELECT owner_id FROM o WHERE available_at <= %(now)s
+"""
+
+# Worker claim loop, when several owners have due runs: each owner's share of
+# the batch, its oldest due runs first (uses run_claim_owner_idx, one probe
+# per partition per owner). Within an owner, the rules of CLAIM_WAITING hold
+# unchanged: live jobs only (JOB_IS_LIVE), the overlap rule (ITS_TURN), the
+# run and job locks (LOCK_RUN_AND_JOB), each applied in the owner's LATERAL
+# before its LIMIT, so a locked or waiting run does not use up the share.
+# All runs of a job have the job's owner, so two runs of one job still meet in
+# one LATERAL, where ITS_TURN keeps them apart as before.
+#
+# The owner is matched by a range of one value and the runs ordered by
+# (owner_id, available_at), rather than ``owner_id = o.owner_id ORDER BY
+# available_at``: with an equality, the planner may pick run_claim_webhook_idx
+# and filter by owner, which for a small owner beside a flood walks the
+# flood's entries (measured: 2,427 buffers for 14 runs). Only
+# run_claim_owner_idx gives this order, so each owner's LATERAL is a probe of
+# it per partition.
+FAIR_CLAIM = (
+    """
+    WITH c AS (
+        SELECT p.id, p.scheduled_at
+        FROM unnest(%(owners)s::bigint[], %(shares)s::int[]) AS o(owner_id, share)
+        CROSS JOIN LATERAL (
+            SELECT r.id, r.scheduled_at FROM runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id
+            WHERE r.owner_id >= o.owner_id AND r.owner_id <= o.owner_id
+              AND r.state IN ('pending', 'retrying')
+              AND r.target_kind = 'webhook' AND r.available_at <= %(now)s
+              """
+    + JOB_IS_LIVE
+    + """
+              AND """
+    + ITS_TURN
+    + """
+            ORDER BY r.owner_id, r.available_at
+            LIMIT o.share
+            """
+    + LOCK_RUN_AND_JOB
+    + """
+        ) AS p
     )
 """
     + _TAKE
@@ -329,6 +401,43 @@ def _claimed(row: dict) -> Claimed:
     return Claimed(**row)
 
 
+def shares(owners: list[int], limit: int, start: int) -> list[tuple[int, int]]:
+    """Share ``limit`` runs among ``owners``, round-robin from the one at
+    ``start``: as equal as whole runs allow, the first ones in turn one more.
+    With more owners than runs, only the first ``limit`` owners get one; the
+    caller picks ``start`` at random, so every owner's turn comes."""
+    turn = owners[start:] + owners[:start]
+    turn = turn[:limit]
+    base, extra = divmod(limit, len(turn))
+    return [(owner, base + (1 if n < extra else 0)) for n, owner in enumerate(turn)]
+
+
+def _claim_waiting_fairly(cur, params: dict[str, Any], limit: int) -> list[Claimed]:
+    """Due waiting webhook runs, shared between the owners that have some
+    (README "Claims"): each gets its share of ``limit``, and what shares
+    leave over goes to the oldest runs of whoever has more (CLAIM_WAITING).
+    A flood of one owner's runs then takes only its share of a batch, and
+    another owner's due run waits one claim, not behind the flood."""
+    cur.execute(WAITING_OWNERS, params)
+    owners = [row["owner_id"] for row in cur.fetchall()]
+    if not owners:
+        return []
+    claimed: list[Claimed] = []
+    if len(owners) > 1:
+        shared = shares(owners, limit, random.randrange(len(owners)))
+        cur.execute(
+            FAIR_CLAIM,
+            {**params, "owners": [o for o, _ in shared], "shares": [n for _, n in shared]},
+        )
+        claimed = [_claimed(row) for row in cur.fetchall()]
+        taken = Counter(c.owner_id for c in claimed)
+        # Only an owner that filled its share may have more due runs.
+        if len(claimed) == limit or all(taken[o] < n for o, n in shared):
+            return claimed
+    cur.execute(CLAIM_WAITING.format(scope=""), {**params, "limit": limit - len(claimed)})
+    return claimed + [_claimed(row) for row in cur.fetchall()]
+
+
 def claim(
     owner: str,
     *,
@@ -339,7 +448,9 @@ def claim(
     job_id: uuid.UUID | None = None,
     now: dt.datetime | None = None,
 ) -> list[Claimed]:
-    """Take up to ``limit`` runs: expired leases first, then due waiting runs.
+    """Take up to ``limit`` runs: expired leases first, then due waiting runs,
+    shared between owners (webhook runs; a pull worker's claim is its own
+    owner's anyway).
 
     ``job_owner_id`` (and optionally ``job_id``) scopes a pull worker's claim
     to its owner's own jobs.
@@ -361,9 +472,11 @@ def claim(
         with dict_cursor() as cur:
             cur.execute(CLAIM_EXPIRED.format(scope=scope), params)
             claimed = [_claimed(row) for row in cur.fetchall()]
-            if len(claimed) < limit:
-                params["limit"] = limit - len(claimed)
-                cur.execute(CLAIM_WAITING.format(scope=scope), params)
+            left = limit - len(claimed)
+            if left > 0 and target_kind == "webhook" and not scope:
+                claimed += _claim_waiting_fairly(cur, params, left)
+            elif left > 0:
+                cur.execute(CLAIM_WAITING.format(scope=scope), {**params, "limit": left})
                 claimed += [_claimed(row) for row in cur.fetchall()]
     return claimed
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.db import models, transaction
@@ -121,6 +122,7 @@ class RunQuerySet(models.QuerySet["Run"]):
                 max_attempts=job.max_attempts,
                 target_kind=job.target_kind,
                 exclusive=job.overlap_policy != "allow",
+                owner_id=job.owner_id,
             )
             for fire, kind, state, reason in rows
         ]
@@ -129,30 +131,68 @@ class RunQuerySet(models.QuerySet["Run"]):
         self.bulk_create(objs, ignore_conflicts=True)
         return len(objs)
 
-    def create_for_fires(self, job: Job, fires: Iterable[dt.datetime], *, kind: str) -> int:
+    def create_for_fires(
+        self,
+        job: Job,
+        fires: Iterable[dt.datetime],
+        *,
+        kind: str,
+        spread: Spread | None = None,
+    ) -> int:
         """Insert pending runs for ``fires``; fires that already have a run are
         left alone (the unique fire key turns a duplicate into a no-op). Each
         run's id is its fire's, so a fire whose run was pruned (or lost) comes
-        back under the id it was first delivered with."""
+        back under the id it was first delivered with.
+
+        Each run is available at its fire (plus the job's jitter); with
+        ``spread``, no earlier than its place in the spread (a backfill's
+        runs trickle out instead of all being due at once)."""
         offset = dt.timedelta(seconds=jitter_offset(job.pk, job.jitter_seconds))
+        ordered = sorted(fires)
         rows = [
             self.model(
                 id=identity.fire_id(job.pk, fire),
                 job=job,
                 scheduled_at=fire,
                 kind=kind,
-                available_at=fire + offset,
+                available_at=fire + offset if spread is None else spread.at(n, fire + offset),
                 max_attempts=job.max_attempts,
                 target_kind=job.target_kind,
                 exclusive=job.overlap_policy != "allow",
+                owner_id=job.owner_id,
             )
-            for fire in fires
+            for n, fire in enumerate(ordered)
         ]
         if not rows:
             return 0
         before = self.filter(job=job).count()
         self.bulk_create(rows, ignore_conflicts=True)
         return self.filter(job=job).count() - before
+
+    def spread_after(self, job: Job, *, now: dt.datetime, rate: float) -> Spread:
+        """Where a new backfill of ``job`` starts its spread: now, or right
+        after the last run of an earlier backfill still waiting, so that two
+        backfills in a row together keep to ``rate``."""
+        last = self.filter(job=job, kind=RunKind.BACKFILL, state__in=WAITING_STATES).aggregate(
+            last=models.Max("available_at")
+        )["last"]
+        step = dt.timedelta(seconds=1 / rate)
+        start = now if last is None or last + step <= now else last + step
+        return Spread(start=start, step=step)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Runs made available one ``step`` apart from ``start`` (a backfill at
+    PUNCTUAL_BACKFILL_RATE runs per second), in fire order."""
+
+    start: dt.datetime
+    step: dt.timedelta
+
+    def at(self, n: int, earliest: dt.datetime) -> dt.datetime:
+        """The n-th run's available_at: its place in the spread, or its own
+        ``earliest`` (a fire still in the future) if that is later."""
+        return max(earliest, self.start + n * self.step)
 
 
 class Run(models.Model):
@@ -201,6 +241,11 @@ class Run(models.Model):
     # the partial indexes below can name them.
     target_kind = models.CharField(max_length=10, default="webhook")
     exclusive = models.BooleanField(default=True)  # overlap policy skip/queue
+    # The job's owner (a job's owner never changes), so that the claim can
+    # share a batch between owners with index probes (runs/leases.py
+    # FAIR_CLAIM). NOT NULL in the database: an insert that leaves it out gets
+    # it from the job (the trigger run_owner_from_job, migration 0007).
+    owner_id = models.BigIntegerField(null=True, blank=True, editable=False)
 
     objects = RunQuerySet.as_manager()
 
@@ -225,6 +270,14 @@ class Run(models.Model):
                 fields=["available_at"],
                 condition=Q(state__in=["pending", "retrying"], target_kind="webhook"),
                 name="run_claim_webhook_idx",
+            ),
+            # The worker's fair claim (runs/leases.py FAIR_CLAIM, WAITING_OWNERS):
+            # the owners with waiting webhook runs, and each one's runs in
+            # available_at order.
+            models.Index(
+                fields=["owner_id", "available_at"],
+                condition=Q(state__in=["pending", "retrying"], target_kind="webhook"),
+                name="run_claim_owner_idx",
             ),
             # The pull API's claim (same query, per job of the caller).
             models.Index(

@@ -40,6 +40,7 @@ class DueJob:
     jitter_seconds: int = 0
     max_attempts: int = 3
     target_kind: str = "webhook"
+    owner_id: int | None = None  # copied onto its runs (runs/models.py Run.owner_id)
 
     @classmethod
     def from_row(cls, row: object) -> DueJob:

@@ -15,6 +15,8 @@ class DispatcherOutage:
 def dispatcher_outage(request) -> dict:
     """``dispatcher_outage``: set when no dispatcher has been seen within
     ``fleet.ALIVE_WITHIN``, which is when every owner's fires go late.
+    ``claim_backlog``: the reason /api/v1/health/ gives when the oldest
+    claimable run has waited too long for a worker (deliveries go late).
 
     A callable, so that the queries run only on pages that show the banner
     (templates/admin/base_site.html), and only for signed-in staff.
@@ -38,4 +40,13 @@ def dispatcher_outage(request) -> dict:
         )["last"]
         return DispatcherOutage(now=now, last_seen=last_seen)
 
-    return {"dispatcher_outage": outage}
+    def backlog() -> str | None:
+        """The health check's backlog reason (ops/health.py), for staff."""
+        user = getattr(request, "user", None)
+        if user is None or not (user.is_active and user.is_staff):
+            return None
+        from ops import health
+
+        return health.backlog_reason(health.backlog_seconds())
+
+    return {"dispatcher_outage": outage, "claim_backlog": backlog}

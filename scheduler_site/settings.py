@@ -36,6 +36,8 @@ env = environ.Env(
     PUNCTUAL_TRUSTED_PROXIES=(int, 0),
     PUNCTUAL_LOGIN_FAILURE_LIMIT=(int, 10),
     PUNCTUAL_LOGIN_COOLOFF_MINUTES=(int, 15),
+    PUNCTUAL_BACKFILL_RATE=(float, 10.0),
+    PUNCTUAL_BACKLOG_DEGRADED_SECONDS=(float, 60.0),
 )
 
 DEBUG = env("DEBUG")
@@ -97,6 +99,18 @@ PUNCTUAL_MIN_INTERVAL_SECONDS = _limit("PUNCTUAL_MIN_INTERVAL_SECONDS")
 PUNCTUAL_BACKFILL_RUNS_PER_HOUR = _limit("PUNCTUAL_BACKFILL_RUNS_PER_HOUR")
 PUNCTUAL_TRIGGERS_PER_MINUTE = _limit("PUNCTUAL_TRIGGERS_PER_MINUTE")
 PUNCTUAL_MAX_PAYLOAD_BYTES = _limit("PUNCTUAL_MAX_PAYLOAD_BYTES")
+
+
+# A backfill's runs become available this many per second per job
+# (runs/job_verbs.py backfill), not all at once.
+PUNCTUAL_BACKFILL_RATE = env("PUNCTUAL_BACKFILL_RATE")
+if not 0.01 <= PUNCTUAL_BACKFILL_RATE <= 1_000_000:
+    raise environ.ImproperlyConfigured("PUNCTUAL_BACKFILL_RATE must be between 0.01 and 1000000")
+# /api/v1/health/ answers degraded once the oldest claimable run has waited
+# longer than this (ops/health.py).
+PUNCTUAL_BACKLOG_DEGRADED_SECONDS = env("PUNCTUAL_BACKLOG_DEGRADED_SECONDS")
+if PUNCTUAL_BACKLOG_DEGRADED_SECONDS <= 0:
+    raise environ.ImproperlyConfigured("PUNCTUAL_BACKLOG_DEGRADED_SECONDS must be positive")
 
 # The demo app (ops.demo): the built-in receiver that `make run` delivers to.
 PUNCTUAL_DEMO = env("PUNCTUAL_DEMO")

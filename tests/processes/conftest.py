@@ -127,10 +127,10 @@ class ReceiverHandle:
         return out
 
 
-@pytest.fixture
-def receiver(processes, tmp_path):
-    port_file = tmp_path / "receiver.port"
-    log_path = tmp_path / "receiver.jsonl"
+def start_receiver(processes: Processes, tmp_path: Path, name: str = "receiver") -> ReceiverHandle:
+    """A loopback receiver process, listening, its log in ``tmp_path``."""
+    port_file = tmp_path / f"{name}.port"
+    log_path = tmp_path / f"{name}.jsonl"
     proc = processes.start(
         "-m",
         "ops.loopback_receiver",
@@ -138,7 +138,12 @@ def receiver(processes, tmp_path):
         str(log_path),
         "--port-file",
         str(port_file),
-        name="receiver",
+        name=name,
     )
-    wait_until(port_file.exists, timeout=30, message="the receiver to listen")
+    wait_until(port_file.exists, timeout=30, message=f"the {name} to listen")
     return ReceiverHandle(proc, int(port_file.read_text()), log_path)
+
+
+@pytest.fixture
+def receiver(processes, tmp_path):
+    return start_receiver(processes, tmp_path)

@@ -37,6 +37,7 @@ def test_health_follows_the_dispatcher_stopping_and_restarting(client, processes
         "dispatchers": 1,
         "workers": 0,
         "dispatch_lag_seconds": 0.0,
+        "backlog_seconds": 0.0,
     }
 
     assert processes.stop(first, signal.SIGTERM) == 0

@@ -13,6 +13,8 @@ from django.urls import reverse
 
 from core.db import db_now
 from dispatch.models import LagSample
+from ops import health
+from runs.models import Run, RunKind
 from tests.admin_support import beat, make_run
 from tests.factories import make_job
 
@@ -64,6 +66,30 @@ def test_no_banner_while_a_dispatcher_is_alive(ann, ann_client):
     run = make_run(job)
     for url in admin_pages(job, run):
         assert BANNER not in ann_client.get(url).content.decode(), url
+
+
+BACKLOG_BANNER = 'id="backlog-banner"'
+
+
+def test_the_backlog_banner_gives_the_health_checks_reason(ann, ann_client):
+    beat(ago=1)
+    job = make_job(ann, interval_seconds=3600)
+    fire = db_now() - dt.timedelta(seconds=90)
+    Run.objects.create_for_fires(job, [fire], kind=RunKind.SCHEDULED)
+    page = ann_client.get(reverse("admin:index")).content.decode()
+    assert BACKLOG_BANNER in page and BANNER not in page
+    reason = re.search(r"The health check is degraded: (.*?)\.\s", page).group(1)
+    assert reason == health.backlog_reason(health.backlog_seconds()) or reason.startswith(
+        "oldest claimable run has waited 9"
+    )
+    assert "(over 60 s): deliveries are late" in reason
+
+
+def test_no_backlog_banner_while_runs_are_claimed_in_time(ann, ann_client):
+    beat(ago=1)
+    job = make_job(ann, interval_seconds=3600)
+    Run.objects.create_for_fires(job, [db_now() - dt.timedelta(seconds=5)], kind=RunKind.SCHEDULED)
+    assert BACKLOG_BANNER not in ann_client.get(reverse("admin:index")).content.decode()
 
 
 def test_the_login_page_shows_no_banner(client):

@@ -299,3 +299,13 @@ def test_the_new_secret_waits_in_the_session_encrypted(ann, ann_client):
     waiting = ann_client.session["punctual.new_secrets"]
     assert len(waiting) == 1
     assert "whsec_" not in str(waiting)
+
+
+def test_a_superuser_sees_an_existing_jobs_owner_but_cannot_change_it(root_client, ann):
+    """Its runs carry a copy of the owner (the claim shares batches by it)."""
+    job = make_job(ann)
+    page = root_client.get(reverse("admin:jobs_job_change", args=[job.pk])).content.decode()
+    assert 'name="owner"' not in page
+    assert "ann" in page
+    add_page = root_client.get(reverse("admin:jobs_job_add")).content.decode()
+    assert 'name="owner"' in add_page

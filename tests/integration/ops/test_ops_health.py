@@ -11,7 +11,8 @@ from core.db import db_now
 from dispatch import fleet
 from dispatch.models import ProcessHeartbeat
 from jobs.models import Job
-from runs import job_verbs
+from runs import job_verbs, leases
+from runs.models import Run, RunKind
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
@@ -42,6 +43,7 @@ def test_health_is_ok_with_a_live_dispatcher_and_no_lag(client, owner):
         "dispatchers": 1,
         "workers": 2,
         "dispatch_lag_seconds": 0.0,
+        "backlog_seconds": 0.0,
     }
     assert "no-store" in response["Cache-Control"]
 
@@ -124,6 +126,69 @@ def test_database_down_is_503_with_database_error(client, database_down):
         "dispatchers": None,
         "workers": None,
         "dispatch_lag_seconds": None,
+        "backlog_seconds": None,
         "reasons": ["database unavailable"],
     }
     assert client.get(URL).status_code == 200
+
+
+def due_run(job: Job, waited: dt.timedelta) -> Run:
+    """A pending run of ``job`` that has been claimable for ``waited``."""
+    fire = db_now() - waited
+    Run.objects.create_for_fires(job, [fire], kind=RunKind.SCHEDULED)
+    return Run.objects.get(job=job, scheduled_at=fire)
+
+
+def test_a_run_waiting_for_a_worker_too_long_is_degraded_with_its_age(client, owner):
+    beat("dispatcher")
+    job = make_job(owner, interval_seconds=3600)
+    due_run(job, dt.timedelta(seconds=30))
+    body = client.get(URL).json()
+    assert body["status"] == "ok" and 30 <= body["backlog_seconds"] < 60
+    due_run(job, dt.timedelta(seconds=95))
+    response = client.get(URL)
+    assert response.status_code == 503
+    body = response.json()
+    assert 95 <= body["backlog_seconds"] < 125
+    [reason] = body["reasons"]
+    assert reason.startswith("oldest claimable run has waited 9") or reason.startswith(
+        "oldest claimable run has waited 1"
+    )
+    assert reason.endswith("s for a worker (over 60 s): deliveries are late")
+
+
+def test_the_backlog_limit_is_a_setting(client, owner, settings):
+    settings.PUNCTUAL_BACKLOG_DEGRADED_SECONDS = 10
+    beat("dispatcher")
+    due_run(make_job(owner, interval_seconds=3600), dt.timedelta(seconds=30))
+    assert "(over 10 s)" in client.get(URL).json()["reasons"][0]
+
+
+def test_a_spread_backfill_not_due_yet_is_no_backlog(client, owner, settings):
+    settings.PUNCTUAL_BACKFILL_RATE = 0.01
+    beat("dispatcher")
+    now = db_now()
+    job = make_job(
+        owner, interval_seconds=60, overlap_policy="allow", start_at=now - dt.timedelta(hours=2)
+    )
+    job_verbs.backfill(job, now - dt.timedelta(hours=1), now - dt.timedelta(minutes=30))
+    # The first is due at once, and claimed; the rest are spread over the next hour.
+    assert len(leases.claim("w1", limit=100, lease_seconds=60)) == 1
+    response = client.get(URL)
+    assert response.status_code == 200
+    assert response.json()["backlog_seconds"] == 0.0
+
+
+def test_runs_of_paused_jobs_and_runs_waiting_for_their_own_job_are_no_backlog(client, owner):
+    beat("dispatcher")
+    paused = make_job(owner, interval_seconds=3600)
+    due_run(paused, dt.timedelta(minutes=5))
+    job_verbs.pause(Job.objects.get(pk=paused.pk), note="")
+    queued = make_job(owner, interval_seconds=3600, overlap_policy="queue")
+    due_run(queued, dt.timedelta(minutes=6))
+    due_run(queued, dt.timedelta(minutes=5))
+    [running] = leases.claim("w1", limit=10, lease_seconds=600)
+    assert running.job_id == queued.pk
+    response = client.get(URL)
+    assert response.status_code == 200, response.json()
+    assert response.json()["backlog_seconds"] == 0.0

@@ -1,0 +1,161 @@
+"""Fair claims between owners, the run's copy of its owner, and spread
+backfills (README "Claims", "Backfill")."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+
+from core.db import db_now
+from dispatch import fleet
+from dispatch.dispatcher import Dispatcher
+from dispatch.models import ProcessHeartbeat
+from jobs.models import Job
+from ops.audit import Rule, audit
+from runs import job_verbs, leases
+from runs.models import Run, RunKind
+from tests.factories import at, make_job
+
+pytestmark = pytest.mark.django_db
+
+T0 = at("2026-06-01T12:00:00")
+S = dt.timedelta(seconds=1)
+
+
+def flood(job: Job, count: int, *, before: dt.datetime) -> None:
+    """``count`` due runs of ``job``, all older than ``before``."""
+    fires = [before - (n + 1) * S for n in range(count)]
+    Run.objects.create_for_fires(job, fires, kind=RunKind.BACKFILL)
+
+
+def allow_job(owner) -> Job:
+    """A one-minute ``allow`` job anchored an hour ago: it has past slots to backfill."""
+    start = db_now() - dt.timedelta(hours=1)
+    return make_job(owner, interval_seconds=60, overlap_policy="allow", start_at=start)
+
+
+def claimed_owners(batch: list[leases.Claimed]) -> list[int | None]:
+    return [c.owner_id for c in batch]
+
+
+def test_a_flood_of_one_owner_takes_only_its_share_of_a_batch(owner, other_owner):
+    flood(make_job(owner, overlap_policy="allow"), 300, before=T0 - 60 * S)
+    few = [make_job(other_owner) for _ in range(3)]
+    for job in few:
+        Run.objects.create_for_fires(job, [T0], kind=RunKind.SCHEDULED)
+    batch = leases.claim("w1", limit=10, lease_seconds=30, now=T0 + S)
+    # The other owner's three fires, though newer than all 300, and the flood
+    # fills the rest of the batch (its share and what the shares left over).
+    assert claimed_owners(batch).count(other_owner.pk) == 3
+    assert claimed_owners(batch).count(owner.pk) == 7
+    assert len({c.run_id for c in batch}) == 10
+
+
+def test_owners_with_more_than_their_share_split_the_batch(owner, other_owner):
+    flood(make_job(owner, overlap_policy="allow"), 50, before=T0 - 60 * S)
+    flood(make_job(other_owner, overlap_policy="allow"), 50, before=T0)
+    batch = leases.claim("w1", limit=9, lease_seconds=30, now=T0 + S)
+    counts = sorted(claimed_owners(batch).count(o) for o in (owner.pk, other_owner.pk))
+    assert counts == [4, 5]
+
+
+def test_a_batch_of_one_serves_each_owner_in_turn(owner, other_owner):
+    flood(make_job(owner, overlap_policy="allow"), 100, before=T0 - 60 * S)
+    flood(make_job(other_owner, overlap_policy="allow"), 100, before=T0)
+    served = set()
+    for n in range(40):
+        [c] = leases.claim(f"w{n}", limit=1, lease_seconds=30, now=T0 + S)
+        served.add(c.owner_id)
+    assert served == {owner.pk, other_owner.pk}
+
+
+def test_the_overlap_rule_holds_inside_an_owners_share(owner, other_owner):
+    queued = make_job(owner, overlap_policy="queue")
+    flood(queued, 5, before=T0)
+    Run.objects.create_for_fires(make_job(other_owner), [T0], kind=RunKind.SCHEDULED)
+    batch = leases.claim("w1", limit=10, lease_seconds=30, now=T0 + S)
+    assert [c.job_id for c in batch].count(queued.pk) == 1
+    assert len(batch) == 2
+
+
+def test_a_paused_jobs_runs_are_not_claimed_and_do_not_use_a_share(owner, other_owner):
+    paused = make_job(owner, overlap_policy="allow")
+    flood(paused, 5, before=T0)
+    job_verbs.pause(Job.objects.get(pk=paused.pk), note="")
+    live = make_job(other_owner, overlap_policy="allow")
+    flood(live, 5, before=T0)
+    batch = leases.claim("w1", limit=10, lease_seconds=30, now=T0 + S)
+    assert claimed_owners(batch) == [other_owner.pk] * 5
+
+
+def test_shares_are_as_equal_as_whole_runs_allow():
+    assert leases.shares([1, 2, 3], 10, 0) == [(1, 4), (2, 3), (3, 3)]
+    assert leases.shares([1, 2, 3], 10, 2) == [(3, 4), (1, 3), (2, 3)]
+    assert leases.shares([1, 2, 3], 2, 1) == [(2, 1), (3, 1)]
+
+
+def test_every_path_that_makes_runs_writes_the_jobs_owner(owner, other_owner):
+    """With the trigger that fills a missing owner switched off, each path
+    must write it itself (the column is NOT NULL)."""
+    with connection.cursor() as cur:
+        cur.execute("ALTER TABLE runs_run DISABLE TRIGGER run_owner_from_job")
+    now = db_now()
+    fast = make_job(owner, interval_seconds=60)  # the dispatcher's SQL fast path
+    # The planned path (jitter), anchored an hour ago so that it has past slots.
+    planned = make_job(
+        other_owner, interval_seconds=60, jitter_seconds=5, start_at=now - dt.timedelta(hours=1)
+    )
+    Job.objects.filter(pk__in=[fast.pk, planned.pk]).update(next_fire_at=now - S)
+    Dispatcher().tick(now=now)
+    job_verbs.trigger(fast)
+    job_verbs.backfill(planned, now - dt.timedelta(minutes=10), now - dt.timedelta(minutes=1))
+    job_verbs.pause(Job.objects.get(pk=fast.pk), note="")
+    runs = Run.objects.select_related("job")
+    assert runs.filter(job=fast).count() >= 2 and runs.filter(job=planned).count() >= 2
+    assert {(r.job.owner_id, r.owner_id) for r in runs} == {
+        (owner.pk, owner.pk),
+        (other_owner.pk, other_owner.pk),
+    }
+
+
+def test_an_insert_without_the_owner_gets_the_jobs(owner):
+    job = make_job(owner)
+    run = Run.objects.create(job=job, scheduled_at=T0, available_at=T0)
+    run.refresh_from_db()
+    assert run.owner_id == owner.pk
+
+
+def test_a_backfill_is_spread_at_the_configured_rate(owner, settings):
+    settings.PUNCTUAL_BACKFILL_RATE = 4
+    job = allow_job(owner)
+    now = db_now()
+    job_verbs.backfill(job, now - dt.timedelta(minutes=30), now - dt.timedelta(minutes=20))
+    first = list(Run.objects.filter(job=job).order_by("scheduled_at"))
+    gaps = {(b.available_at - a.available_at) for a, b in zip(first, first[1:], strict=False)}
+    assert len(first) == 10 and gaps == {dt.timedelta(seconds=0.25)}
+    assert now <= first[0].available_at <= db_now()
+    # A second backfill at once continues after the first, at the same rate.
+    job_verbs.backfill(job, now - dt.timedelta(minutes=40), now - dt.timedelta(minutes=30))
+    second = Run.objects.filter(job=job).exclude(pk__in=[r.pk for r in first])
+    starts = sorted(r.available_at for r in second)
+    assert starts[0] == first[-1].available_at + dt.timedelta(seconds=0.25)
+    # Claimed as they come due: only the first one at the start.
+    assert len(leases.claim("w1", limit=50, lease_seconds=30, now=first[0].available_at)) == 1
+
+
+def test_the_auditor_does_not_call_a_spread_backfill_stuck(owner, settings):
+    """Runs spread into the future are not due, so not "stuck waiting"; the
+    same window unspread would be (all due 20 to 30 minutes ago)."""
+    settings.PUNCTUAL_BACKFILL_RATE = 0.01  # one run every 100 s
+    job = allow_job(owner)
+    now = db_now()
+    job_verbs.backfill(job, now - dt.timedelta(minutes=30), now - dt.timedelta(minutes=20))
+    worker = fleet.Registration("worker")
+    worker.beat()
+    # Up for a minute: the auditor expects a worker to have claimed by now.
+    ProcessHeartbeat.objects.filter(name=worker.name).update(started_at=now - 60 * S)
+    report = audit(job_ids=[job.pk])
+    assert Run.objects.filter(job=job).count() == 10
+    assert [v for v in report.violations if v.rule == Rule.STUCK_WAITING] == []
