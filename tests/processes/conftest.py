@@ -77,6 +77,12 @@ class Processes:
         self.procs.append(proc)
         return proc
 
+    def adopt(self, proc: subprocess.Popen, log_path: Path) -> None:
+        """A process started elsewhere, logging to ``log_path``: stopped and
+        shown like the others."""
+        proc.log_path = str(log_path)
+        self.procs.append(proc)
+
     def manage(self, *args: str, env: dict | None = None, name: str | None = None):
         return self.start("manage.py", *args, env=env, name=name or args[0])
 

@@ -19,10 +19,10 @@ import pytest
 import requests
 from rest_framework.authtoken.models import Token
 
+from ops import bench
 from runs import job_verbs
 from runs.models import Attempt, Run
 from tests.factories import make_job
-from tests.integration.api.test_api_pull_gunicorn import free_port
 from tests.processes.conftest import process_env, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -38,33 +38,11 @@ def named(env: dict[str, str], name: str) -> dict[str, str]:
 
 
 def start_web(processes, env: dict[str, str]) -> str:
-    """gunicorn as the Procfile runs it (2 processes, 4 threads); its base URL
-    once it answers."""
-    port = free_port()
-    proc = processes.start(
-        "-m",
-        "gunicorn",
-        "scheduler_site.wsgi",
-        "--bind",
-        f"127.0.0.1:{port}",
-        "--workers",
-        "2",
-        "--threads",
-        "4",
-        env=env,
-        name="web",
-    )
-    base = f"http://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        assert proc.poll() is None, Path(proc.log_path).read_text()
-        try:
-            return requests.get(f"{base}/api/v1/health/", timeout=10).status_code in (200, 503)
-        except requests.RequestException:
-            return False
-
-    wait_until(answers, timeout=120, message="gunicorn to answer")
-    return base
+    """gunicorn as the Procfile runs it (the benchmarks' starter); its base
+    URL once it answers."""
+    proc, port = bench._start_web(processes.tmp_path, env=env)
+    processes.adopt(proc, processes.tmp_path / "web.out")
+    return f"http://127.0.0.1:{port}"
 
 
 def pull_every_run(base: str, token: str, job) -> set[str]:
