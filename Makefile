@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: help install run db db-stop test test-fast test-faults lint types fmt browser faketime
+.PHONY: help install run db db-stop test test-fast test-faults test-pooler lint types fmt browser faketime pgbouncer
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -69,16 +69,23 @@ types: install ## mypy with django-stubs over the product code
 # The tiers that start no OS processes of their own run on both cores (xdist,
 # one test database per worker); the process tier runs alone, because its tests
 # start dispatchers, workers and receivers and end by restarting the server.
+# Under CI=true the process tier then runs a second time with every process
+# behind PgBouncer in transaction pooling mode (test-pooler).
 test: lint types ## the whole suite: lint, types, then pytest on PostgreSQL (migrations check included)
-	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory browser faketime; fi
+	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory browser faketime pgbouncer; fi
 	$(PYTEST) -q -rs -n 2 tests/unit tests/integration tests/browser
 	$(PYTEST) -q -rs --durations=10 tests/processes
+	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory test-pooler; fi
 
 test-fast: install ## unit and integration tests only (no OS processes, no browser)
 	$(PYTEST) -q -rs tests/unit tests/integration
 
 test-faults: install ## the fault suite alone: real processes, SIGKILL, a PostgreSQL restart
 	$(PYTEST) -q -rs tests/processes/faults
+
+test-pooler: install ## the process tier (faults included) with every process behind PgBouncer, transaction mode
+	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory pgbouncer; fi
+	PUNCTUAL_TEST_POOLER=pgbouncer $(PYTEST) -q -rs --durations=10 tests/processes
 
 browser: ## install Debian's chromium and chromium-driver for the browser tests, if missing
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
@@ -87,3 +94,7 @@ browser: ## install Debian's chromium and chromium-driver for the browser tests,
 faketime: ## install Debian's libfaketime for the clock-skew fault scenario, if missing
 	@ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || \
 	  (apt-get update -qq && apt-get install -y -qq libfaketime)
+
+pgbouncer: ## install Debian's pgbouncer for the pooler tests, if missing
+	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || \
+	  (apt-get update -qq && apt-get install -y -qq pgbouncer)

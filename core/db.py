@@ -60,7 +60,10 @@ def dict_cursor(using: str = "default") -> Iterator[CursorWrapper]:
     cursor would quote into the SQL text element by element (and the server
     would parse back). Server-side binding sends them as parameters. It is
     still Django's connection and transaction, wrapped as Django wraps its own
-    cursors (database errors, query logging in tests).
+    cursors (database errors, query logging in tests). Binding is not
+    preparing: Django's connection never prepares a statement on the server
+    (psycopg's ``prepare_threshold`` is None), so the cursor works through a
+    transaction pooler (README "Connection poolers").
     """
     conn = connections[using]
     conn.ensure_connection()

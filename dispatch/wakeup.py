@@ -24,10 +24,11 @@ The notifications come over one dedicated connection per worker process
 claims use, and read on the event loop. While that connection is down the
 worker polls every ``fallback_poll`` seconds (100 ms) as it did before LISTEN,
 and reconnects with a backoff; after a reconnect it claims once, since
-notifications sent meanwhile were lost. ``PUNCTUAL_LISTEN=false`` turns LISTEN
-off for deployments whose connections go through a transaction pooler
-(pgbouncer ``pool_mode=transaction`` does not deliver notifications to a
-session): the worker then polls every ``fallback_poll`` seconds.
+notifications sent meanwhile were lost. A transaction pooler (PgBouncer
+``pool_mode=transaction``) does not deliver notifications to a session, so
+behind one the LISTEN connection goes straight to the server
+(``PUNCTUAL_LISTEN_DATABASE_URL``), or ``PUNCTUAL_LISTEN=false`` turns LISTEN
+off and the worker polls every ``fallback_poll`` seconds.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ from collections.abc import Iterable
 
 import psycopg
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.utils import ConnectionHandler
 
 from runs import leases
 from runs.notify import CHANNEL
@@ -64,11 +67,24 @@ KEEPALIVES = {
 }
 
 
+def _listen_database() -> BaseDatabaseWrapper:
+    """The connection settings LISTEN uses: ``PUNCTUAL_LISTEN_DATABASE_URL``
+    when set (a direct connection, when DATABASE_URL leads to a transaction
+    pooler), else the Django connection's own."""
+    if settings.PUNCTUAL_LISTEN_DATABASE is None:
+        return connection
+    return ConnectionHandler({DEFAULT_DB_ALIAS: settings.PUNCTUAL_LISTEN_DATABASE})[
+        DEFAULT_DB_ALIAS
+    ]
+
+
 def listen_conninfo(application_name: str) -> dict:
-    """The Django connection's libpq parameters (not Django's own options,
-    such as the cursor factory), for a separate connection."""
+    """The LISTEN database's libpq parameters (not Django's own options, such
+    as the cursor factory), for a separate connection; and psycopg's
+    ``prepare_threshold`` as Django sets it (None: nothing is prepared)."""
     known = {option.keyword.decode() for option in psycopg.pq.Conninfo.get_defaults()}
-    params = {k: v for k, v in connection.get_connection_params().items() if k in known}
+    known.add("prepare_threshold")
+    params = {k: v for k, v in _listen_database().get_connection_params().items() if k in known}
     return {**params, **KEEPALIVES, "application_name": application_name[:63]}
 
 

@@ -38,6 +38,8 @@ env = environ.Env(
     PUNCTUAL_LOGIN_COOLOFF_MINUTES=(int, 15),
     PUNCTUAL_BACKFILL_RATE=(float, 10.0),
     PUNCTUAL_BACKLOG_DEGRADED_SECONDS=(float, 60.0),
+    PUNCTUAL_TRANSACTION_POOLER=(bool, False),
+    PUNCTUAL_LISTEN_DATABASE_URL=(str, ""),
 )
 
 DEBUG = env("DEBUG")
@@ -172,21 +174,57 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "scheduler_site.wsgi.application"
 
+
+def _database(url: str, variable: str) -> dict:
+    """Django's settings for the PostgreSQL server at ``url`` (read from the
+    environment ``variable``, named in the error)."""
+    config = env.db_url_config(url)
+    if config["ENGINE"] != "django.db.backends.postgresql":
+        raise environ.ImproperlyConfigured(
+            f"{variable} must name a PostgreSQL server (postgres://...): Punctual relies on"
+            " row locks, partial unique indexes and the database clock that only PostgreSQL has"
+        )
+    # A Unix socket directory as the host comes percent-encoded ("%2Fpath%2Fto%2Fdir").
+    config["HOST"] = unquote(config["HOST"])
+    return config
+
+
 # PostgreSQL is the only engine. Without DATABASE_URL, Punctual uses the
 # embedded server in var/pg/ (scheduler_site/localdb.py; `make run` starts it).
 DATABASE_URL = env.str("DATABASE_URL", default="") or localdb.database_url(BASE_DIR / "var" / "pg")
-DATABASES = {"default": env.db_url_config(DATABASE_URL)}
-if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
-    raise environ.ImproperlyConfigured(
-        "DATABASE_URL must name a PostgreSQL server (postgres://...): Punctual relies on"
-        " row locks, partial unique indexes and the database clock that only PostgreSQL has"
-    )
-# A Unix socket directory as the host comes percent-encoded ("%2Fpath%2Fto%2Fdir").
-DATABASES["default"]["HOST"] = unquote(DATABASES["default"]["HOST"])
+DATABASES = {"default": _database(DATABASE_URL, "DATABASE_URL")}
 # Web processes keep their connection between requests; the loops hold one
 # persistent connection of their own.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+# DATABASE_URL leads to a transaction pooler (PgBouncer pool_mode=transaction,
+# README "Connection poolers"): each transaction may run on another server
+# connection, so nothing may outlive a transaction on the server.
+PUNCTUAL_TRANSACTION_POOLER = env("PUNCTUAL_TRANSACTION_POOLER")
+# Django opens psycopg connections with prepare_threshold=None: no statement is
+# ever prepared on the server, so no transaction pooler (PgBouncer of any
+# version, max_prepared_statements or not) meets a prepared statement of
+# another session. Keep it so: tests/processes/test_pooler.py notices otherwise.
+if PUNCTUAL_TRANSACTION_POOLER:
+    # A queryset's .iterator() would declare a cursor WITH HOLD, which lives
+    # in the session; Punctual streams none, but Django's own commands may.
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+
+# The worker's LISTEN connection (dispatch/wakeup.py) is a session of its own:
+# through a transaction pooler the notifications never reach it. Empty: it
+# uses DATABASE_URL.
+PUNCTUAL_LISTEN_DATABASE = (
+    _database(env("PUNCTUAL_LISTEN_DATABASE_URL"), "PUNCTUAL_LISTEN_DATABASE_URL")
+    if env("PUNCTUAL_LISTEN_DATABASE_URL")
+    else None
+)
+if PUNCTUAL_TRANSACTION_POOLER and PUNCTUAL_LISTEN and PUNCTUAL_LISTEN_DATABASE is None:
+    raise environ.ImproperlyConfigured(
+        "PUNCTUAL_TRANSACTION_POOLER is true: LISTEN through a transaction pooler hears no"
+        " notification. Set PUNCTUAL_LISTEN_DATABASE_URL to a direct connection to the server,"
+        " or PUNCTUAL_LISTEN=false to poll every 100 ms"
+    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -1,6 +1,13 @@
 """Real processes against the test PostgreSQL database: ``manage.py dispatch``,
 ``manage.py work`` and the loopback receiver, started as OS processes and
-stopped with real signals. Tests wait by polling with a deadline."""
+stopped with real signals. Tests wait by polling with a deadline.
+
+With ``PUNCTUAL_TEST_POOLER=pgbouncer`` (``make test-pooler``) every process a
+test starts reaches the database through a PgBouncer in transaction pooling
+mode (tests/pooler.py), and its worker's LISTEN connection goes straight to
+the server, as README "Connection poolers" prescribes. A test marked
+``direct_connection`` is skipped in that run, with its reason.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +21,9 @@ from pathlib import Path
 
 import pytest
 import requests
+from django.db import connection
 
+from tests import pooler
 from tests.database import subprocess_database_url
 from tests.polling import wait_until  # noqa: F401  (re-exported)
 
@@ -27,10 +36,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def process_env(**extra: str) -> dict[str, str]:
+def database_env(through: pooler.PgBouncer | None) -> dict[str, str]:
+    """The database settings of a process: the test database directly, or
+    through ``through``, with the LISTEN connection direct."""
+    if through is None:
+        return {"DATABASE_URL": subprocess_database_url()}
+    return {
+        "DATABASE_URL": through.url(),
+        "PUNCTUAL_TRANSACTION_POOLER": "true",
+        "PUNCTUAL_LISTEN_DATABASE_URL": subprocess_database_url(),
+    }
+
+
+def process_env(through: pooler.PgBouncer | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a process a test starts: through ``through``, or
+    else through the session's pooler in a pooled run, or else direct."""
     env = dict(os.environ)
+    env.update(database_env(through or pooler.serving()))
     env.update(
-        DATABASE_URL=subprocess_database_url(),
         SECRET_KEY=os.environ.get("SECRET_KEY", "punctual-test-key"),
         PUNCTUAL_ALLOW_PRIVATE_TARGETS="true",
         PYTHONUNBUFFERED="1",
@@ -61,6 +84,12 @@ class Processes:
         self.procs.append(proc)
         return proc
 
+    def adopt(self, proc: subprocess.Popen, log_path: Path) -> None:
+        """A process started elsewhere, logging to ``log_path``: stopped and
+        shown like the others."""
+        proc.log_path = str(log_path)
+        self.procs.append(proc)
+
     def manage(self, *args: str, env: dict | None = None, name: str | None = None):
         return self.start("manage.py", *args, env=env, name=name or args[0])
 
@@ -77,6 +106,35 @@ class Processes:
             # Shown by pytest only when the test failed.
             tail = Path(proc.log_path).read_text(errors="replace").splitlines()[-15:]
             print(f"--- {proc.log_path} (exit {proc.returncode})", *tail, sep="\n")
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(django_db_setup):
+    """A PgBouncer in transaction mode in front of the test database, for the
+    session; skipped where it is not installed, mandatory under CI=true."""
+    reason = pooler.missing()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    bouncer = pooler.PgBouncer(connection.settings_dict).start()
+    yield bouncer
+    bouncer.stop()
+
+
+@pytest.fixture(autouse=True)
+def _through_the_pooler(request):
+    """In a pooled run, every process test goes through the session's
+    PgBouncer, except those that need a direct connection to the server."""
+    if not pooler.requested():
+        yield
+        return
+    marker = request.node.get_closest_marker("direct_connection")
+    if marker:
+        pytest.skip(f"needs a direct connection: {marker.args[0]}")
+    pooler.serve(request.getfixturevalue("pgbouncer"))
+    yield
+    pooler.serve(None)
 
 
 @pytest.fixture

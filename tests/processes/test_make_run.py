@@ -33,7 +33,12 @@ import requests
 
 from scheduler_site import localdb
 
-pytestmark = [pytest.mark.processes]
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.direct_connection(
+        "`make run` starts its own embedded PostgreSQL and never touches the session's database"
+    ),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "http://127.0.0.1:8000"

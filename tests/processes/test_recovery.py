@@ -21,6 +21,7 @@ from core.db import db_now
 from jobs.models import Job
 from ops.audit import audit
 from runs.models import Run
+from tests import pooler
 from tests.factories import make_job
 from tests.processes.conftest import wait_until
 
@@ -32,7 +33,8 @@ CRON_JOBS = 1000
 
 def set_clock_offset(offset: dt.timedelta | None) -> None:
     """The database clock, moved for every new connection (the dispatcher
-    processes) and for this test's own."""
+    processes, through new server connections of the pooler in a pooled run)
+    and for this test's own."""
     name = connection.settings_dict["NAME"]
     value = f"{int(offset.total_seconds())} seconds" if offset else ""
     with connection.cursor() as cur:
@@ -41,6 +43,9 @@ def set_clock_offset(offset: dt.timedelta | None) -> None:
         else:
             cur.execute(f'ALTER DATABASE "{name}" RESET punctual.clock_offset')
         cur.execute("SELECT set_config('punctual.clock_offset', %s, false)", [value])
+    bouncer = pooler.serving()
+    if bouncer is not None:  # its pooled server connections predate the change
+        bouncer.reconnect()
 
 
 @pytest.fixture

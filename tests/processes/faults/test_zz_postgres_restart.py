@@ -55,6 +55,10 @@ def restart(data_dir: Path, down_for: float = 0.0) -> None:
         wait_until(database_answers, timeout=60, interval=0.2, message="PostgreSQL to answer")
 
 
+@pytest.mark.direct_connection(
+    "it restarts the server under the processes and expects each to see the outage; through"
+    " PgBouncer a client connection outlives the restart and an idle process never notices it"
+)
 def test_processes_reconnect_after_a_postgres_restart_and_nothing_is_lost_or_doubled(
     private_server, owner, processes, receiver, since
 ):
