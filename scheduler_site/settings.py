@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from urllib.parse import unquote
 
 import environ
 
 from scheduler_site import localdb
+from scheduler_site.database_url import database_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -122,14 +122,9 @@ WSGI_APPLICATION = "scheduler_site.wsgi.application"
 # PostgreSQL is the only engine. Without DATABASE_URL, Punctual uses the
 # embedded server in var/pg/ (scheduler_site/localdb.py; `make run` starts it).
 DATABASE_URL = env.str("DATABASE_URL", default="") or localdb.database_url(BASE_DIR / "var" / "pg")
-DATABASES = {"default": env.db_url_config(DATABASE_URL)}
-if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
-    raise environ.ImproperlyConfigured(
-        "DATABASE_URL must name a PostgreSQL server (postgres://...): Punctual relies on"
-        " row locks, partial unique indexes and the database clock that only PostgreSQL has"
-    )
-# A Unix socket directory as the host comes percent-encoded ("%2Fpath%2Fto%2Fdir").
-DATABASES["default"]["HOST"] = unquote(DATABASES["default"]["HOST"])
+# Several hosts (a primary and its standbys) are libpq's multi-host form:
+# scheduler_site/database_url.py, README "High availability".
+DATABASES = {"default": database_settings(DATABASE_URL)}
 # Web processes keep their connection between requests; the loops hold one
 # persistent connection of their own.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
