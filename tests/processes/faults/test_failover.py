@@ -31,7 +31,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import signal
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -136,10 +138,21 @@ def met_the_outage(proc, offset: int) -> bool:
     return any(s in text for s in OUTAGE_SEEN)
 
 
+@pytest.fixture
+def servers_dir():
+    """Where the two data directories live: outside pytest's temporary
+    directories, which any pytest session that starts on this machine makes
+    0700 again, locking the servers' user out of its own files (the session's
+    server lives outside them too: scheduler_site/settings_test.py)."""
+    path = Path(tempfile.mkdtemp(prefix="punctual-failover-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.parametrize("synchronous", [True, False], ids=["sync", "async"])
-def test_failover_to_a_promoted_standby(synchronous, processes, tmp_path):
+def test_failover_to_a_promoted_standby(synchronous, processes, tmp_path, servers_dir):
     mode = "sync" if synchronous else "async"
-    pair = Pair(tmp_path, synchronous)
+    pair = Pair(servers_dir, synchronous)
     try:
         _scenario(mode, pair, processes, tmp_path)
     finally:
