@@ -68,19 +68,21 @@ OUTAGE_SEEN = ("database unavailable", "wake-up connection lost")
 class Pair:
     """The primary and the standby, and the URL that names both."""
 
-    def __init__(self, tmp_path: Path, synchronous: bool) -> None:
-        self.primary, self.standby = tmp_path / "primary", tmp_path / "standby"
+    def __init__(self, root: Path) -> None:
+        self.primary, self.standby = root / "primary", root / "standby"
+        hosts = ",".join(
+            quote(str(localdb.socket_dir(d)), safe="") for d in (self.primary, self.standby)
+        )
+        self.url = f"postgres://{localdb.USER}@{hosts}/{localdb.DATABASE}"
+        self.url += "?target_session_attrs=read-write"
+
+    def start(self, synchronous: bool) -> None:
         localdb.start(self.primary, settings=localdb.TEST_SETTINGS)
         localdb.start_standby(
             self.primary, self.standby, name=STANDBY, settings=localdb.TEST_SETTINGS
         )
         if synchronous:
             localdb.require_synchronous(self.primary, STANDBY)
-        hosts = ",".join(
-            quote(str(localdb.socket_dir(d)), safe="") for d in (self.primary, self.standby)
-        )
-        self.url = f"postgres://{localdb.USER}@{hosts}/{localdb.DATABASE}"
-        self.url += "?target_session_attrs=read-write"
 
     def query(self, sql: str, params=()) -> list[tuple]:
         """``sql`` on whichever server is the primary now."""
@@ -152,8 +154,9 @@ def servers_dir():
 @pytest.mark.parametrize("synchronous", [True, False], ids=["sync", "async"])
 def test_failover_to_a_promoted_standby(synchronous, processes, tmp_path, servers_dir):
     mode = "sync" if synchronous else "async"
-    pair = Pair(servers_dir, synchronous)
+    pair = Pair(servers_dir)
     try:
+        pair.start(synchronous)
         _scenario(mode, pair, processes, tmp_path)
     finally:
         pair.stop()
