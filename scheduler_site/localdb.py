@@ -17,6 +17,10 @@ because the settings need the database to exist, not the other way round::
 crashed (a stale ``postmaster.pid``) is started again; PostgreSQL itself checks
 that the pid in the file is not a live postmaster.
 
+The fault suite's failover scenario also runs a streaming standby of a server
+(``start_standby``), kills the primary as a lost host would (``crash``) and
+promotes the standby (``promote``).
+
 PostgreSQL refuses to run as root. As root (CI), the server runs as the system
 user ``embedded_postgres``, which is created if missing, and the data directory
 is handed to it.
@@ -28,6 +32,7 @@ import argparse
 import importlib.util
 import os
 import pwd
+import signal
 import subprocess
 import sys
 import time
@@ -198,16 +203,23 @@ def start(data_dir: Path, *, settings: dict[str, str] | None = None, timeout: in
 
 def create_database(data_dir: Path, name: str) -> None:
     """``CREATE DATABASE name`` unless it exists."""
+    exists = _psql(data_dir, f"SELECT 1 FROM pg_database WHERE datname = '{name}'")
+    if exists.strip() != "1":
+        sock = str(socket_dir(Path(data_dir).resolve()))
+        subprocess.run([_bin("createdb"), "-h", sock, "-U", USER, name], check=True)
+
+
+def _psql(data_dir: Path, *commands: str) -> str:
+    """Run ``commands`` in the ``postgres`` database of the server on
+    ``data_dir``, one ``-c`` each; their unaligned output."""
     sock = str(socket_dir(Path(data_dir).resolve()))
-    exists = subprocess.run(
-        [_bin("psql"), "-h", sock, "-U", USER, "-d", "postgres", "-tAc"]
-        + [f"SELECT 1 FROM pg_database WHERE datname = '{name}'"],
+    args = [arg for command in commands for arg in ("-c", command)]
+    return subprocess.run(
+        [_bin("psql"), "-h", sock, "-U", USER, "-d", "postgres", "-tAX", *args],
         capture_output=True,
         text=True,
         check=True,
-    )
-    if exists.stdout.strip() != "1":
-        subprocess.run([_bin("createdb"), "-h", sock, "-U", USER, name], check=True)
+    ).stdout
 
 
 def stop(data_dir: Path, *, mode: str = "fast") -> None:
@@ -230,6 +242,106 @@ def restart(data_dir: Path, *, down_for: float = 0.0, settings: dict[str, str] |
     stop(data_dir, mode="immediate")
     time.sleep(down_for)
     start(data_dir, settings=settings)
+
+
+# -- a streaming standby, for the failover scenario ---------------------------
+
+
+def start_standby(
+    primary_dir: Path, data_dir: Path, *, name: str, settings: dict[str, str] | None = None
+) -> str:
+    """Clone the running server on ``primary_dir`` into ``data_dir`` and start
+    it as a streaming standby; return its ``DATABASE_URL``.
+
+    ``pg_basebackup`` starts with an immediate checkpoint (``-c fast``), not
+    a spread one; ``-R`` writes the standby's connection to the primary,
+    through a physical replication slot called ``name`` (``-C -S``: the
+    primary keeps the WAL the standby has not received yet); the standby
+    reports as ``name`` (its ``application_name``), which is what the
+    primary's ``synchronous_standby_names`` lists. A standby answers reads
+    only, until ``promote``."""
+    primary_dir, data_dir = Path(primary_dir).resolve(), Path(data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)
+    sock = socket_dir(data_dir)
+    sock.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        _prepare_for_root(data_dir, sock)
+    source = f"host={socket_dir(primary_dir)} user={USER} application_name={name}"
+    _run_tool(
+        "pg_basebackup",
+        ["-D", str(data_dir), "-d", source, "-c", "fast", "-X", "stream", "-R", "-C", "-S", name],
+    )
+    # The primary's socket and log live in its data directory: the copy has
+    # the primary's socket lock, which would keep the standby from starting,
+    # and the primary's log, which would read as the standby's.
+    for copied in [*data_dir.glob(".s.PGSQL.*.lock"), data_dir / "server.log"]:
+        copied.unlink(missing_ok=True)
+    return start(data_dir, settings=settings)
+
+
+def require_synchronous(primary_dir: Path, standby: str) -> None:
+    """From now on, a commit on the server on ``primary_dir`` returns only
+    once the standby called ``standby`` has it (``synchronous_standby_names``,
+    with ``synchronous_commit = on``, the default). Set after the standby
+    streams: a primary waiting for a standby that does not exist yet would
+    hang every commit, ``createdb`` included."""
+    _psql(
+        primary_dir,
+        f"ALTER SYSTEM SET synchronous_standby_names = '{standby}'",
+        "SELECT pg_reload_conf()",
+    )
+
+
+def promote(data_dir: Path, *, timeout: int = 60) -> None:
+    """Make the standby on ``data_dir`` a primary (``pg_ctl promote``), and
+    wait until it accepts writes."""
+    data_dir = Path(data_dir).resolve()
+    _make_reachable(data_dir, socket_dir(data_dir))
+    _run_tool("pg_ctl", ["-D", str(data_dir), "-w", "-t", str(timeout), "promote"])
+
+
+def crash(data_dir: Path) -> int:
+    """Kill the server on ``data_dir`` as the loss of its host would: every
+    process of it (the postmaster, from ``postmaster.pid``, and its children)
+    is frozen with SIGSTOP, so none can write or answer another instant, and
+    then killed with SIGKILL. Nothing is flushed or sent on the way out.
+    Returns the postmaster's pid."""
+    postmaster = int((Path(data_dir) / "postmaster.pid").read_text().split()[0])
+    _signal([postmaster], signal.SIGSTOP)  # first: a frozen postmaster forks no more
+    pids = [postmaster, *_children(postmaster)]
+    _signal(pids, signal.SIGSTOP)
+    _signal(pids, signal.SIGKILL)
+    return postmaster
+
+
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (the server's backends and helpers)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # exited meanwhile
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _run_tool(name: str, args: list[str]) -> None:
+    """Run the PostgreSQL tool ``name`` as the server's user; its output is
+    in the error when it fails."""
+    result = subprocess.run([_bin(name), *args], capture_output=True, text=True, **_run_as())
+    if result.returncode != 0:
+        raise LocalDatabaseError(f"{name} failed:\n{result.stdout}{result.stderr}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,12 +8,12 @@ from __future__ import annotations
 import datetime as dt
 import warnings
 from pathlib import Path
-from urllib.parse import unquote
 
 import environ
 
 from jobs.limits import LIMIT_SETTINGS
 from scheduler_site import localdb
+from scheduler_site.database_url import database_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -175,24 +175,12 @@ TEMPLATES = [
 WSGI_APPLICATION = "scheduler_site.wsgi.application"
 
 
-def _database(url: str, variable: str) -> dict:
-    """Django's settings for the PostgreSQL server at ``url`` (read from the
-    environment ``variable``, named in the error)."""
-    config = env.db_url_config(url)
-    if config["ENGINE"] != "django.db.backends.postgresql":
-        raise environ.ImproperlyConfigured(
-            f"{variable} must name a PostgreSQL server (postgres://...): Punctual relies on"
-            " row locks, partial unique indexes and the database clock that only PostgreSQL has"
-        )
-    # A Unix socket directory as the host comes percent-encoded ("%2Fpath%2Fto%2Fdir").
-    config["HOST"] = unquote(config["HOST"])
-    return config
-
-
 # PostgreSQL is the only engine. Without DATABASE_URL, Punctual uses the
 # embedded server in var/pg/ (scheduler_site/localdb.py; `make run` starts it).
 DATABASE_URL = env.str("DATABASE_URL", default="") or localdb.database_url(BASE_DIR / "var" / "pg")
-DATABASES = {"default": _database(DATABASE_URL, "DATABASE_URL")}
+# Several hosts (a primary and its standbys) are libpq's multi-host form:
+# scheduler_site/database_url.py, README "High availability".
+DATABASES = {"default": database_settings(DATABASE_URL)}
 # Web processes keep their connection between requests; the loops hold one
 # persistent connection of their own.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
@@ -215,7 +203,7 @@ if PUNCTUAL_TRANSACTION_POOLER:
 # through a transaction pooler the notifications never reach it. Empty: it
 # uses DATABASE_URL.
 PUNCTUAL_LISTEN_DATABASE = (
-    _database(env("PUNCTUAL_LISTEN_DATABASE_URL"), "PUNCTUAL_LISTEN_DATABASE_URL")
+    database_settings(env("PUNCTUAL_LISTEN_DATABASE_URL"), "PUNCTUAL_LISTEN_DATABASE_URL")
     if env("PUNCTUAL_LISTEN_DATABASE_URL")
     else None
 )

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
-from urllib.parse import quote
+from itertools import zip_longest
+from urllib.parse import quote, urlencode
 
 from django.db import connection
 
 
 def subprocess_database_url() -> str:
     """The URL of the database this test process uses (pytest-django's test
-    database on the session's server). A socket directory as the host is
-    percent-encoded, as the settings expect."""
+    database on the session's server), hosts, ports and options included: a
+    socket directory as a host is percent-encoded, as the settings expect,
+    and several hosts are listed in libpq's multi-host form."""
     db = connection.settings_dict
     user = quote(db["USER"] or "postgres", safe="")
     password = quote(db["PASSWORD"] or "", safe="")
     auth = f"{user}:{password}@" if password else f"{user}@"
-    host = db["HOST"] or "127.0.0.1"
+    hosts = (db["HOST"] or "127.0.0.1").split(",")
+    ports = str(db["PORT"] or "").split(",")
+    if len(ports) == 1:  # one port (or none) for every host
+        ports = ports * len(hosts)
+    netloc = ",".join(_host(host, port) for host, port in zip_longest(hosts, ports, fillvalue=""))
+    options = f"?{urlencode(db['OPTIONS'])}" if db.get("OPTIONS") else ""
+    return f"postgres://{auth}{netloc}/{db['NAME']}{options}"
+
+
+def _host(host: str, port: str) -> str:
     if host.startswith("/"):
-        return f"postgres://{auth}{quote(host, safe='')}/{db['NAME']}"
-    return f"postgres://{auth}{host}:{db['PORT'] or 5432}/{db['NAME']}"
+        return quote(host, safe="")
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{port or 5432}"

@@ -58,7 +58,8 @@ def named(env: dict[str, str], name: str) -> dict[str, str]:
     """``env`` with the process's database connection labelled ``name``
     (pg_stat_activity.application_name), so a test can see its transactions."""
     env = dict(env)
-    env["DATABASE_URL"] += f"?application_name={name}"
+    separator = "&" if "?" in env["DATABASE_URL"] else "?"
+    env["DATABASE_URL"] += f"{separator}application_name={name}"
     return env
 
 
