@@ -67,6 +67,8 @@ class PayloadField(forms.JSONField):
     def prepare_value(self, value):
         if isinstance(value, InvalidJSONInput):
             return value
+        if value is None:  # a new job's box: the empty payload, not "null"
+            value = {}
         return strict_json.dumps(value)
 
     def has_changed(self, initial, data):

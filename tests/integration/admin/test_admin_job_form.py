@@ -309,3 +309,10 @@ def test_a_superuser_sees_an_existing_jobs_owner_but_cannot_change_it(root_clien
     assert "ann" in page
     add_page = root_client.get(reverse("admin:jobs_job_add")).content.decode()
     assert 'name="owner"' in add_page
+
+
+def test_a_new_jobs_payload_box_holds_the_empty_object(ann_client):
+    """Not "null", which the form would refuse as not an object when saved as is."""
+    page = ann_client.get(reverse("admin:jobs_job_add")).content.decode()
+    box = re.search(r"<textarea name=\"payload\"[^>]*>([^<]*)</textarea>", page)
+    assert box is not None and box.group(1).strip() == "{}", box
