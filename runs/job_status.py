@@ -43,16 +43,16 @@ class Failure:
         return run_url(self.run.pk)
 
     def summary(self) -> str:
-        """``HTTP 500 · attempts exhausted · Internal Server Error``."""
-        parts = [STATE_LABELS.get(self.run.state, self.run.state)]
-        if self.run.last_status_code:
-            parts.append(f"HTTP {self.run.last_status_code}")
-        if self.run.reason:
-            parts.append(self.run.reason)
-        if self.error:
-            error = " ".join(self.error.split())
-            parts.append(error if len(error) <= ERROR_CHARS else error[: ERROR_CHARS - 1] + "…")
-        return " · ".join(parts)
+        """``Failed · HTTP 500 Internal Server Error · attempts exhausted``."""
+        status = f"HTTP {self.run.last_status_code}" if self.run.last_status_code else ""
+        error = " ".join(self.error.split())
+        if len(error) > ERROR_CHARS:
+            error = error[: ERROR_CHARS - 1] + "…"
+        # The worker's error text often starts with the status already.
+        if status and error.startswith(status):
+            status = ""
+        parts = [STATE_LABELS.get(self.run.state, self.run.state), status, error, self.run.reason]
+        return " · ".join(part for part in parts if part)
 
 
 @dataclass(frozen=True)

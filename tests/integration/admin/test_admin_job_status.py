@@ -78,7 +78,7 @@ def test_a_failing_active_job_shows_its_streak_and_its_last_failure(ann, ann_cli
     assert "2 failed runs in a row (it pauses itself at 5)" in words
     last = Run.objects.filter(job=job).order_by("-scheduled_at").first()
     assert f'href="{run_url(last.pk)}" id="last-failure-link"' in html
-    assert "Failed · HTTP 503 · attempts exhausted" in words
+    assert "Failed · HTTP 503 Service Unavailable · attempts exhausted" in words
     assert 'class="punctual-status punctual-status-failed"' in html
 
 
@@ -101,7 +101,9 @@ def test_a_job_paused_by_a_410_says_so_with_the_answer(ann, ann_client, receiver
     assert (job.state, job.pause_note) == ("paused", GONE_NOTE)
     words = text(header(ann_client, job))
     assert words.startswith(GONE_NOTE + " · since ")
-    assert "Failed · HTTP 410 · permanent error" in words
+    assert (
+        "Failed · HTTP 410 Gone: the receiver says this URL no longer exists · permanent" in words
+    )
 
 
 def test_a_job_paused_with_a_note_names_who_paused_it_and_when_it_resumes(
