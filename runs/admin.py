@@ -97,6 +97,7 @@ class AttemptInline(admin.TabularInline):
         "status_code",
         "duration",
         "error",
+        "response",
     )
     readonly_fields = fields
     ordering = ("number",)
@@ -164,7 +165,7 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
             },
         ),
         ("Timing", {"fields": ["created_at", "started_at", "finished_at", "lag", "duration"]}),
-        ("Result", {"fields": ["last_status_code", "last_error"]}),
+        ("Result", {"fields": ["last_status_code", "last_error", "last_response"]}),
     ]
     # A run is written by the dispatcher and the workers, never by a form:
     # every field shown is read-only.

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from jobs.models import Job
 
 MAX_ERROR_CHARS = 2000
+# What a run keeps of the receiver's answer (a webhook's response body, a pull
+# worker's ``response``): an excerpt, so a chatty receiver cannot grow the table.
+MAX_RESPONSE_CHARS = 500
 
 
 class RunState(models.TextChoices):
@@ -236,6 +239,13 @@ class Run(models.Model):
     lag_seconds = models.FloatField(null=True, blank=True)
     last_status_code = models.PositiveIntegerField(null=True, blank=True)
     last_error = models.TextField(max_length=MAX_ERROR_CHARS, blank=True, default="")
+    # The receiver's answer to the last attempt, success or not (last_error
+    # says what went wrong, and is empty on success). A database default too:
+    # the set-based inserts of runs/leases.py and dispatch/queries.py name only
+    # the columns they fill.
+    last_response = models.TextField(
+        max_length=MAX_RESPONSE_CHARS, blank=True, default="", db_default=""
+    )
 
     # Copied from the job at fire time, so the claim queries need no join and
     # the partial indexes below can name them.
@@ -374,6 +384,10 @@ class Attempt(models.Model):
     status_code = models.PositiveIntegerField(null=True, blank=True)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
+    # The receiver's answer to this attempt (see Run.last_response).
+    response = models.TextField(
+        max_length=MAX_RESPONSE_CHARS, blank=True, default="", db_default=""
+    )
 
     class Meta:
         ordering = ["run", "number"]

@@ -226,6 +226,7 @@ def _result(run: Run, data: dict, now: dt.datetime) -> outcomes.Result:
         job_id=run.job_id,
         attempt=data["attempt"],
         error=data["error"][:2000],
+        response=data["response"],
         started_at=started,
         duration_ms=max(0, int((now - started).total_seconds() * 1000)) if started else None,
         scheduled_at=run.scheduled_at,
