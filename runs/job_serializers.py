@@ -157,6 +157,12 @@ class LastRunSerializer(serializers.Serializer):
 
 
 @extend_schema_serializer(
+    description=(
+        "A job: its schedule (exactly one of cron and interval_seconds), its target (a"
+        " webhook URL, or a pull queue) and its retry and misfire rules. PUT replaces the"
+        " job: an omitted optional field goes back to its default. PATCH changes only the"
+        " fields it sends."
+    ),
     examples=[
         OpenApiExample(
             "A nightly webhook",
@@ -179,7 +185,7 @@ class LastRunSerializer(serializers.Serializer):
                 "max_attempts": 5,
             },
         ),
-    ]
+    ],
 )
 class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
     """A job as the API reads and writes it (README "Input rules").
@@ -334,12 +340,16 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
         return clash.exists()
 
 
+@extend_schema_serializer(description="The job as saved, with its schedule's warnings.")
 class JobSavedSerializer(JobSerializer):
     """The answer to a save (create, PUT, PATCH): the job and its schedule's warnings."""
 
     warnings = warnings_field()
 
 
+@extend_schema_serializer(
+    description="The job as created, with its schedule's warnings and its secret, shown once."
+)
 class JobCreatedSerializer(JobSavedSerializer):
     """The create answer: also the secret in plain text, shown this once."""
 

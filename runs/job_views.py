@@ -29,7 +29,6 @@ from drf_spectacular.utils import (
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.generics import get_object_or_404
-from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
@@ -39,6 +38,7 @@ from core.api_base import ApiViewMixin, check_if_match, etag
 from core.api_errors import UnprocessableKey, error_response
 from core.api_fields import EmptySerializer
 from core.db import db_now
+from core.paginators import ApiCursor
 from jobs import changes, crypto, idempotency, quotas
 from jobs.models import Channel, Job, JobEvent
 from jobs.schedules import Schedule
@@ -115,18 +115,12 @@ CREATE_BODY = {
 }
 
 
-class JobCursor(CursorPagination):
+class JobCursor(ApiCursor):
     ordering = ("name", "id")
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 500
 
 
-class EventCursor(CursorPagination):
+class EventCursor(ApiCursor):
     ordering = ("-created_at", "-id")
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 500
 
 
 def _iso(value: dt.datetime | str | None) -> str | None:
@@ -156,6 +150,12 @@ def _taken_names(owner, items: list) -> set[str]:
     retrieve=extend_schema(summary="A job (with an ETag)"),
     create=extend_schema(
         summary="Create a job, or up to 1,000 at once (answers their secrets, once)",
+        description=(
+            "A JSON object creates one job: the answer is that job, with a Location header"
+            " naming its URL. A JSON list creates all of its jobs or none of them: the"
+            " answer is the list of jobs, in the order sent, and has no Location header."
+            " Each job's `warnings` say what its schedule may do unexpectedly."
+        ),
         parameters=[IDEMPOTENCY_KEY, LOCATION],
         request={"application/json": CREATE_BODY},
         responses={

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from django.db import models, transaction
 from django.db.models import Q
+from django.db.models.functions import Now
 
 from core.db import db_now
 from jobs.schedules import jitter_offset
@@ -77,7 +78,24 @@ class RetryNotAllowed(Exception):
     pass
 
 
+# A run is late when it started this long after its scheduled time, or is
+# still waiting this long after it became available. Jitter is part of the lag
+# by definition (README "Input rules": first attempt's start minus scheduled_at).
+LATE_AFTER = dt.timedelta(seconds=5)
+
+
 class RunQuerySet(models.QuerySet["Run"]):
+    def late(self, late: bool = True) -> RunQuerySet:
+        """The late runs (LATE_AFTER), as the admin's "Late" filter and the
+        API's ``?late=true`` both show them, or (``late=False``) the others.
+        A backfill is never late: its fires are in the past on purpose, and
+        it may be spread out over time."""
+        condition = ~Q(kind=RunKind.BACKFILL) & (
+            Q(lag_seconds__gt=LATE_AFTER.total_seconds())
+            | Q(state=RunState.PENDING, available_at__lt=Now() - LATE_AFTER)
+        )
+        return self.filter(condition) if late else self.exclude(condition)
+
     def for_owner(self, user) -> RunQuerySet:
         """The one owner filter every run endpoint and admin page uses."""
         if user.is_superuser:

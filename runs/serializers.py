@@ -77,6 +77,7 @@ class RunFilterSerializer(serializers.Serializer):
     job = serializers.UUIDField(required=False)
     state = serializers.ChoiceField(choices=RunState.choices, required=False)
     kind = serializers.ChoiceField(choices=RunKind.choices, required=False)
+    late = serializers.BooleanField(required=False)
 
 
 class WorkerNameField(StrictCharField):
