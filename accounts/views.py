@@ -23,10 +23,10 @@ NO_TOKEN = "You have no live API token: rotate to make one."
 class TokenView(ApiViewMixin, APIView):
     @extend_schema(
         summary="Your API token (never its key)",
+        description="The prefix, creation, expiry and last use of your live token.",
         responses={200: TokenSerializer, 404: error_response(NO_TOKEN)},
     )
     def get(self, request):
-        """The prefix, creation, expiry and last use of the caller's live token."""
         token = tokens.live_token(request.user)
         if token is None:
             return Response({"detail": NO_TOKEN}, status=status.HTTP_404_NOT_FOUND)
@@ -34,12 +34,12 @@ class TokenView(ApiViewMixin, APIView):
 
     @extend_schema(
         summary="Revoke your API token",
+        description="Its key answers 401 from now on. Rotating from an admin session makes"
+        " a new one.",
         request=None,
         responses={204: None, 404: error_response(NO_TOKEN)},
     )
     def delete(self, request):
-        """Revoke the caller's token at once: its key answers 401 from now on.
-        An admin session can then rotate to make a new one."""
         if not tokens.revoke(request.user):
             return Response({"detail": NO_TOKEN}, status=status.HTTP_404_NOT_FOUND)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -48,12 +48,12 @@ class TokenView(ApiViewMixin, APIView):
 class TokenRotateView(ApiViewMixin, APIView):
     @extend_schema(
         summary="Replace your API token with a new one",
+        description="The current key answers 401 from now on. The answer holds the new key,"
+        " shown this once.",
         request=RotateSerializer,
         responses={201: NewTokenSerializer},
     )
     def post(self, request):
-        """Make a new token and retire the caller's current one, which answers
-        401 from now on. The answer holds the new key, shown this once."""
         body = RotateSerializer(data=request.data, context={"now": db_now()})
         body.is_valid(raise_exception=True)
         token, key = tokens.issue(request.user, expires_at=body.validated_data["expires_at"])

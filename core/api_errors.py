@@ -10,7 +10,6 @@ errors that escape from deeper down (a model's ``ValidationError``, a
 
 from __future__ import annotations
 
-import inspect
 import logging
 
 from django.conf import settings
@@ -138,15 +137,6 @@ class ApiAutoSchema(AutoSchema):
     Documented errors keep clients (and schemathesis' conformance checks)
     honest: an undocumented status is a contract break.
     """
-
-    # drf-spectacular's AutoSchema narrows DRF's get_description(path, method)
-    # to get_description() (it ignores the override error in its own source).
-    def get_description(self) -> str:  # type: ignore[override]
-        # Only the endpoint's own docstring: drf-spectacular would otherwise
-        # fall back to the (inherited) class docstring on every operation.
-        name = getattr(self.view, "action", None) or self.method.lower()
-        func = getattr(self.view, name, None)
-        return inspect.cleandoc(func.__doc__) if func is not None and func.__doc__ else ""
 
     def _get_response_bodies(self, direction="response"):
         responses = super()._get_response_bodies(direction=direction)

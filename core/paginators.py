@@ -1,4 +1,5 @@
-"""A paginator for tables too big to count (runs, audit events).
+"""Paginators for tables too big to count: the admin's (runs, audit events),
+and the API lists' cursor (``ApiCursor``, at the end).
 
 Django's admin asks its paginator for ``count`` on every list page, and the
 stock paginator answers with ``SELECT COUNT(*)`` over everything the filters
@@ -25,6 +26,8 @@ from typing import Any
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.utils.functional import cached_property
+from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import CursorPagination
 
 # PostgreSQL's OFFSET and LIMIT are bigints.
 MAX_OFFSET = 2**63 - 1
@@ -53,3 +56,50 @@ class LookaheadPaginator(Paginator):
         if seen > window:
             self.count_is_exact = False
         return offset + seen
+
+
+class ApiCursor(CursorPagination):
+    """The API lists' cursor pagination (README "Lists"); subclasses set ``ordering``.
+
+    A cursor, not a page number: no COUNT(*) over a big table, and rows
+    arriving at the top do not shift the pages being read. DRF quietly
+    answers the default page size for a ``page_size`` it cannot use (0,
+    -1, "ten") and caps one over the maximum; here each is a 400 naming the
+    parameter, and the schema gives the bounds.
+    """
+
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+    cursor_query_description = "The cursor of a `next` or `previous` link; none for the first page."
+    page_size_query_description = "Results per page: 1 to 500 (default 50)."
+
+    def get_page_size(self, request) -> int:
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        # isascii: str.isdigit accepts other scripts' digits; len: int() of a
+        # huge string is slow, and the bound has three digits anyway.
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 6) or not (
+            1 <= int(raw) <= self.max_page_size
+        ):
+            raise ValidationError(
+                {
+                    self.page_size_query_param: [
+                        f"Must be a whole number from 1 to {self.max_page_size}."
+                    ]
+                }
+            )
+        return int(raw)
+
+    def get_schema_operation_parameters(self, view) -> list[dict[str, Any]]:
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"] = {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": self.max_page_size,
+                    "default": self.page_size,
+                }
+        return parameters

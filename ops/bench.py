@@ -447,13 +447,18 @@ def _free_port() -> int:
 
 
 def _start_web(
-    tmp: Path, *, workers: int = 2, threads: int = 4, env: dict | None = None
+    tmp: Path,
+    *,
+    workers: int = 2,
+    threads: int = 4,
+    env: dict | None = None,
+    port: int | None = None,
 ) -> tuple[subprocess.Popen, int]:
-    """gunicorn as the Procfile runs it (2 processes, 4 threads), on a free port;
-    returns once its health endpoint answers (200 or 503)."""
+    """gunicorn as the Procfile runs it (2 processes, 4 threads), on ``port``
+    or a free one; returns once its health endpoint answers (200 or 503)."""
     import requests
 
-    port = _free_port()
+    port = port or _free_port()
     log = tmp / "web.out"
     proc = _start(
         [

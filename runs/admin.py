@@ -15,7 +15,6 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
 from django.db.models.functions import Now
 from django.shortcuts import redirect
 from django.urls import path, reverse
@@ -28,12 +27,8 @@ from jobs.display import relative, short_duration
 from jobs.models import Channel
 from runs import job_admin  # noqa: F401  (registers the jobs and job events admins)
 from runs.display import lag_text, state_badge
-from runs.models import Attempt, RetryNotAllowed, Run, RunState
+from runs.models import LATE_AFTER, Attempt, RetryNotAllowed, Run, RunState
 
-# A run is late when it started this long after its scheduled time, or is
-# still waiting this long after it became available. Jitter is part of the lag
-# by definition (README "Input rules": first attempt's start minus scheduled_at).
-LATE_AFTER = dt.timedelta(seconds=5)
 RETRYABLE_STATES = (RunState.FAILED, RunState.MISSED)
 
 
@@ -63,10 +58,7 @@ class RunStatusFilter(admin.SimpleListFilter):
     def queryset(self, request, queryset):
         value = self.value()
         if value == "late":
-            return queryset.filter(
-                Q(lag_seconds__gt=LATE_AFTER.total_seconds())
-                | Q(state=RunState.PENDING, available_at__lt=Now() - LATE_AFTER)
-            )
+            return queryset.late()
         if value == "lease_expired":
             return queryset.filter(state=RunState.RUNNING, lease_until__lt=Now())
         if value in RunState.values:
@@ -97,6 +89,7 @@ class AttemptInline(admin.TabularInline):
         "status_code",
         "duration",
         "error",
+        "response",
     )
     readonly_fields = fields
     ordering = ("number",)
@@ -164,7 +157,7 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
             },
         ),
         ("Timing", {"fields": ["created_at", "started_at", "finished_at", "lag", "duration"]}),
-        ("Result", {"fields": ["last_status_code", "last_error"]}),
+        ("Result", {"fields": ["last_status_code", "last_error", "last_response"]}),
     ]
     # A run is written by the dispatcher and the workers, never by a form:
     # every field shown is read-only.

@@ -28,7 +28,13 @@ from core.api_fields import (
 from jobs import quotas
 from jobs.limits import MAX_LENGTHS, RANGES, payload_problem
 from jobs.models import Job, JobEvent, JobState, MisfirePolicy, OverlapPolicy, TargetKind
-from jobs.schedules import Schedule, ScheduleError, validate_cron, validate_timezone
+from jobs.schedules import (
+    Schedule,
+    ScheduleError,
+    cron_risks,
+    validate_cron,
+    validate_timezone,
+)
 from jobs.targets import UnsafeTargetError, check_url
 from runs.models import RunState
 
@@ -78,6 +84,38 @@ def schedule_errors(
     return {}
 
 
+class ScheduleWarnings:
+    """The warnings every answer that saves or previews a schedule carries:
+    ``jobs.schedules.cron_risks`` (fires that a DST change skips or repeats,
+    days missing from some months, day-of-month OR day-of-week), in the year
+    from ``now``. An interval schedule has none. Memoized per schedule, so a
+    bulk create of many jobs that share a cron reads the zone rules once."""
+
+    def __init__(self, now) -> None:
+        self.now = now
+        self._seen: dict[tuple[str, str], list[str]] = {}
+
+    def __call__(self, cron: str | None, timezone: str) -> list[str]:
+        if not cron:
+            return []
+        key = (cron, timezone)
+        if key not in self._seen:
+            self._seen[key] = cron_risks(cron, timezone, now=self.now)
+        return self._seen[key]
+
+
+WARNINGS_FIELD_HELP = (
+    "What this schedule may do that its owner did not picture: fire times a daylight "
+    "saving change skips or repeats, days some months lack. Saved all the same."
+)
+
+
+def warnings_field():
+    return serializers.ListField(
+        child=serializers.CharField(), read_only=True, help_text=WARNINGS_FIELD_HELP
+    )
+
+
 class ScheduleFieldsMixin(serializers.Serializer):
     """The schedule fields, shared by jobs and the ad hoc schedule preview."""
 
@@ -119,6 +157,12 @@ class LastRunSerializer(serializers.Serializer):
 
 
 @extend_schema_serializer(
+    description=(
+        "A job: its schedule (exactly one of cron and interval_seconds), its target (a"
+        " webhook URL, or a pull queue) and its retry and misfire rules. PUT replaces the"
+        " job: an omitted optional field goes back to its default. PATCH changes only the"
+        " fields it sends."
+    ),
     examples=[
         OpenApiExample(
             "A nightly webhook",
@@ -141,7 +185,7 @@ class LastRunSerializer(serializers.Serializer):
                 "max_attempts": 5,
             },
         ),
-    ]
+    ],
 )
 class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
     """A job as the API reads and writes it (README "Input rules").
@@ -296,8 +340,18 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
         return clash.exists()
 
 
-class JobCreatedSerializer(JobSerializer):
-    """The create answer: the job, plus its secret in plain text, shown this once."""
+@extend_schema_serializer(description="The job as saved, with its schedule's warnings.")
+class JobSavedSerializer(JobSerializer):
+    """The answer to a save (create, PUT, PATCH): the job and its schedule's warnings."""
+
+    warnings = warnings_field()
+
+
+@extend_schema_serializer(
+    description="The job as created, with its schedule's warnings and its secret, shown once."
+)
+class JobCreatedSerializer(JobSavedSerializer):
+    """The create answer: also the secret in plain text, shown this once."""
 
     secret = serializers.CharField(
         read_only=True, help_text="whsec_...: shown only in this answer and on rotation."
@@ -396,7 +450,7 @@ class SchedulePreviewSerializer(ScheduleFieldsMixin, StrictSerializer):
 
 class FiresSerializer(serializers.Serializer):
     fires = serializers.ListField(child=serializers.DateTimeField())
-    warnings = serializers.ListField(child=serializers.CharField(), required=False)
+    warnings = warnings_field()
 
 
 class JobEventSerializer(serializers.ModelSerializer):

@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import OuterRef, Subquery
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -28,7 +29,6 @@ from drf_spectacular.utils import (
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.generics import get_object_or_404
-from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
@@ -38,9 +38,10 @@ from core.api_base import ApiViewMixin, check_if_match, etag
 from core.api_errors import UnprocessableKey, error_response
 from core.api_fields import EmptySerializer
 from core.db import db_now
+from core.paginators import ApiCursor
 from jobs import changes, crypto, idempotency, quotas
 from jobs.models import Channel, Job, JobEvent
-from jobs.schedules import Schedule, cron_risks
+from jobs.schedules import Schedule
 from jobs.targets import memo_resolver
 from runs import job_verbs
 from runs.job_serializers import (
@@ -49,12 +50,14 @@ from runs.job_serializers import (
     FiresSerializer,
     JobCreatedSerializer,
     JobEventSerializer,
+    JobSavedSerializer,
     JobSerializer,
     PauseSerializer,
     PreviewQuerySerializer,
     ResumedJobSerializer,
     ResumeSerializer,
     SchedulePreviewSerializer,
+    ScheduleWarnings,
     SecretSerializer,
 )
 from runs.job_verbs import MAX_BACKFILL
@@ -75,6 +78,13 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     description="A repeat with the same key within 24 hours answers the first answer again.",
 )
 PRECONDITION_FAILED = error_response("If-Match does not name the current version.")
+LOCATION = OpenApiParameter(
+    "Location",
+    str,
+    OpenApiParameter.HEADER,
+    response=[201],
+    description="The new job's URL, for a create of one job (a list create has none).",
+)
 KEY_REUSED = error_response(UnprocessableKey.default_detail)
 KEY_STALE = error_response(
     "The Idempotency-Key created a job that has since been deleted, or whose secret has"
@@ -105,18 +115,12 @@ CREATE_BODY = {
 }
 
 
-class JobCursor(CursorPagination):
+class JobCursor(ApiCursor):
     ordering = ("name", "id")
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 500
 
 
-class EventCursor(CursorPagination):
+class EventCursor(ApiCursor):
     ordering = ("-created_at", "-id")
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 500
 
 
 def _iso(value: dt.datetime | str | None) -> str | None:
@@ -146,7 +150,13 @@ def _taken_names(owner, items: list) -> set[str]:
     retrieve=extend_schema(summary="A job (with an ETag)"),
     create=extend_schema(
         summary="Create a job, or up to 1,000 at once (answers their secrets, once)",
-        parameters=[IDEMPOTENCY_KEY],
+        description=(
+            "A JSON object creates one job: the answer is that job, with a Location header"
+            " naming its URL. A JSON list creates all of its jobs or none of them: the"
+            " answer is the list of jobs, in the order sent, and has no Location header."
+            " Each job's `warnings` say what its schedule may do unexpectedly."
+        ),
+        parameters=[IDEMPOTENCY_KEY, LOCATION],
         request={"application/json": CREATE_BODY},
         responses={
             201: PolymorphicProxySerializer(
@@ -162,12 +172,12 @@ def _taken_names(owner, items: list) -> set[str]:
     update=extend_schema(
         summary="Replace a job",
         parameters=[IF_MATCH],
-        responses={200: JobSerializer, 412: PRECONDITION_FAILED},
+        responses={200: JobSavedSerializer, 412: PRECONDITION_FAILED},
     ),
     partial_update=extend_schema(
         summary="Change some fields of a job",
         parameters=[IF_MATCH],
-        responses={200: JobSerializer, 412: PRECONDITION_FAILED},
+        responses={200: JobSavedSerializer, 412: PRECONDITION_FAILED},
     ),
     destroy=extend_schema(
         summary="Delete a job (cancels its waiting runs)",
@@ -212,8 +222,13 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         return self.job_response(self.get_job())
 
     def create(self, request):
-        """One job (a JSON object), or up to 1,000 (a JSON list), all or none."""
-        return idempotency.respond(request, lambda: self._create(request))
+        # One job (a JSON object), or up to 1,000 (a JSON list), all or none.
+        response = idempotency.respond(request, lambda: self._create(request))
+        if response.status_code == status.HTTP_201_CREATED and isinstance(response.data, dict):
+            # A single create, first answered or replayed: where the job lives.
+            # A list has no one URL, and answers none.
+            response["Location"] = reverse("job-detail", args=[response.data["id"]])
+        return response
 
     def _create(self, request: Request) -> Response:
         if isinstance(request.data, list):
@@ -228,7 +243,8 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         )
         body.is_valid(raise_exception=True)
         [(job, secret)] = self._insert(request, [body.validated_data], now, limits)
-        data = {**body.to_representation(job), "secret": secret}
+        warnings = ScheduleWarnings(now)(job.cron, job.timezone)
+        data = {**body.to_representation(job), "secret": secret, "warnings": warnings}
         return Response(data, status=status.HTTP_201_CREATED, headers={"ETag": etag(job.version)})
 
     def _create_many(self, request: Request, items: Items) -> Response:
@@ -279,8 +295,17 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             raise serializers.ValidationError(errors)
         # Validating a thousand jobs takes a while: the jobs start from the
         # database's time as they are written, not as the request arrived.
-        created = self._insert(request, valid, db_now(), limits)
-        data = [{**body.to_representation(job), "secret": secret} for job, secret in created]
+        now = db_now()
+        created = self._insert(request, valid, now, limits)
+        warnings = ScheduleWarnings(now)
+        data = [
+            {
+                **body.to_representation(job),
+                "secret": secret,
+                "warnings": warnings(job.cron, job.timezone),
+            }
+            for job, secret in created
+        ]
         return Response(data, status=status.HTTP_201_CREATED)
 
     def _insert(
@@ -332,11 +357,12 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         return self._update(request, partial=True)
 
     def _update(self, request: Request, *, partial: bool) -> Response:
+        now = db_now()
         with transaction.atomic():
             job = self.get_job(lock=True)
             check_if_match(request, job.version)
             body = JobSerializer(
-                job, data=request.data, partial=partial, context=self.context(now=db_now())
+                job, data=request.data, partial=partial, context=self.context(now=now)
             )
             body.is_valid(raise_exception=True)
             # Only what the request changed (job_verbs.edit): the row is
@@ -344,7 +370,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             # to write. Sending what is already there is not a change: no new
             # version, no event.
             job_verbs.edit(job, body.validated_data, actor=request.user, channel=Channel.API)
-        return self.job_response(job)
+        return self.job_response(job, warnings=ScheduleWarnings(now)(job.cron, job.timezone))
 
     def destroy(self, request, pk=None):
         with transaction.atomic():
@@ -461,9 +487,11 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         job = self.get_job()
         query = PreviewQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
-        after = query.validated_data.get("after") or db_now()
-        fires = job.schedule.next_fires(after, query.validated_data["count"])
-        return Response({"fires": [_iso(f) for f in fires]})
+        now = db_now()
+        fires = job.schedule.next_fires(
+            query.validated_data.get("after") or now, query.validated_data["count"]
+        )
+        return fires_response(fires, ScheduleWarnings(now)(job.cron, job.timezone))
 
     @extend_schema(
         summary="The job's audit events, newest first", responses=JobEventSerializer(many=True)
@@ -513,5 +541,9 @@ class SchedulePreviewView(ApiViewMixin, APIView):
             anchor=now,
         )
         fires = schedule.next_fires(data.get("after") or now, data["count"])
-        warnings = cron_risks(data["cron"], data["timezone"], now=now) if data["cron"] else []
-        return Response({"fires": [_iso(f) for f in fires], "warnings": warnings})
+        return fires_response(fires, ScheduleWarnings(now)(data["cron"], data["timezone"]))
+
+
+def fires_response(fires: list[dt.datetime], warnings: list[str]) -> Response:
+    """A preview's answer: the next fires, and what the schedule may do unexpectedly."""
+    return Response({"fires": [_iso(f) for f in fires], "warnings": warnings})

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from django.db import models, transaction
 from django.db.models import Q
+from django.db.models.functions import Now
 
 from core.db import db_now
 from jobs.schedules import jitter_offset
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
     from jobs.models import Job
 
 MAX_ERROR_CHARS = 2000
+# What a run keeps of the receiver's answer (a webhook's response body, a pull
+# worker's ``response``): an excerpt, so a chatty receiver cannot grow the table.
+MAX_RESPONSE_CHARS = 500
 
 
 class RunState(models.TextChoices):
@@ -74,7 +78,24 @@ class RetryNotAllowed(Exception):
     pass
 
 
+# A run is late when it started this long after its scheduled time, or is
+# still waiting this long after it became available. Jitter is part of the lag
+# by definition (README "Input rules": first attempt's start minus scheduled_at).
+LATE_AFTER = dt.timedelta(seconds=5)
+
+
 class RunQuerySet(models.QuerySet["Run"]):
+    def late(self, late: bool = True) -> RunQuerySet:
+        """The late runs (LATE_AFTER), as the admin's "Late" filter and the
+        API's ``?late=true`` both show them, or (``late=False``) the others.
+        A backfill is never late: its fires are in the past on purpose, and
+        it may be spread out over time."""
+        condition = ~Q(kind=RunKind.BACKFILL) & (
+            Q(lag_seconds__gt=LATE_AFTER.total_seconds())
+            | Q(state=RunState.PENDING, available_at__lt=Now() - LATE_AFTER)
+        )
+        return self.filter(condition) if late else self.exclude(condition)
+
     def for_owner(self, user) -> RunQuerySet:
         """The one owner filter every run endpoint and admin page uses."""
         if user.is_superuser:
@@ -236,6 +257,13 @@ class Run(models.Model):
     lag_seconds = models.FloatField(null=True, blank=True)
     last_status_code = models.PositiveIntegerField(null=True, blank=True)
     last_error = models.TextField(max_length=MAX_ERROR_CHARS, blank=True, default="")
+    # The receiver's answer to the last attempt, success or not (last_error
+    # says what went wrong, and is empty on success). A database default too:
+    # the set-based inserts of runs/leases.py and dispatch/queries.py name only
+    # the columns they fill.
+    last_response = models.TextField(
+        max_length=MAX_RESPONSE_CHARS, blank=True, default="", db_default=""
+    )
 
     # Copied from the job at fire time, so the claim queries need no join and
     # the partial indexes below can name them.
@@ -374,6 +402,10 @@ class Attempt(models.Model):
     status_code = models.PositiveIntegerField(null=True, blank=True)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
+    # The receiver's answer to this attempt (see Run.last_response).
+    response = models.TextField(
+        max_length=MAX_RESPONSE_CHARS, blank=True, default="", db_default=""
+    )
 
     class Meta:
         ordering = ["run", "number"]

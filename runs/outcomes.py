@@ -33,6 +33,7 @@ from runs.leases import (
     record_lost_attempts,
     window,
 )
+from runs.models import MAX_RESPONSE_CHARS
 
 log = logging.getLogger("punctual.leases")
 
@@ -47,7 +48,8 @@ class Result:
     state: str  # succeeded | retrying | failed
     retry_in: float = 0.0  # seconds until the retry is claimable (retrying only)
     status_code: int | None = None
-    error: str = ""
+    error: str = ""  # what went wrong; "" on success
+    response: str = ""  # the receiver's answer, success or not: an excerpt
     reason: str = ""
     started_at: dt.datetime | None = None
     duration_ms: int | None = None
@@ -83,8 +85,8 @@ COMPLETE = (
         SELECT * FROM unnest(
             %(ids)s::uuid[], %(attempts)s::int[], %(states)s::text[],
             %(available)s::timestamptz[], %(codes)s::int[], %(errors)s::text[],
-            %(reasons)s::text[]
-        ) AS v(id, attempt, state, available_at, status_code, error, reason)
+            %(reasons)s::text[], %(responses)s::text[]
+        ) AS v(id, attempt, state, available_at, status_code, error, reason, response)
     ), w AS (
         SELECT v.*, (v.state = 'retrying'
                      AND (j.state <> 'active' OR j.deleted_at IS NOT NULL)) AS cancel,
@@ -102,7 +104,8 @@ COMPLETE = (
         lease_owner = '',
         lease_until = NULL,
         last_status_code = w.status_code,
-        last_error = w.error
+        last_error = w.error,
+        last_response = w.response
     FROM w
     WHERE r.id = w.id AND r.scheduled_at BETWEEN %(lo)s AND %(hi)s AND"""
     + LEASE_HELD.format(attempt="w.attempt")
@@ -134,14 +137,14 @@ LOCK_RETRYING_JOBS = """
 INSERT_ATTEMPTS = """
     INSERT INTO runs_attempt
         (run_id, scheduled_at, number, worker, started_at, finished_at, outcome,
-         status_code, duration_ms, error)
+         status_code, duration_ms, error, response)
     SELECT a.run_id, a.scheduled_at, a.number, %(owner)s, a.started_at, %(now)s, a.outcome,
-           a.status_code, a.duration_ms, a.error
+           a.status_code, a.duration_ms, a.error, a.response
     FROM unnest(%(ids)s::uuid[], %(scheduled)s::timestamptz[], %(numbers)s::int[],
                 %(started)s::timestamptz[], %(outcomes)s::text[], %(codes)s::int[],
-                %(durations)s::int[], %(errors)s::text[])
+                %(durations)s::int[], %(errors)s::text[], %(responses)s::text[])
          AS a(run_id, scheduled_at, number, started_at, outcome, status_code, duration_ms,
-              error)
+              error, response)
     ON CONFLICT DO NOTHING
 """
 
@@ -263,6 +266,7 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
                     "codes": [r.status_code for r in results],
                     "errors": [r.error[:2000] for r in results],
                     "reasons": [r.reason for r in results],
+                    "responses": [r.response[:MAX_RESPONSE_CHARS] for r in results],
                     **window(r.scheduled_at for r in results),
                 },
             )
@@ -306,6 +310,7 @@ def _insert_attempts(
                 "codes": [r.status_code for r in results],
                 "durations": [r.duration_ms for r in results],
                 "errors": [r.error[:500] for r in results],
+                "responses": [r.response[:MAX_RESPONSE_CHARS] for r in results],
             },
         )
 

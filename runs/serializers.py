@@ -11,7 +11,7 @@ from core.api_fields import (
     StrictIntegerField,
     StrictSerializer,
 )
-from runs.models import Attempt, Run, RunKind, RunState
+from runs.models import MAX_RESPONSE_CHARS, Attempt, Run, RunKind, RunState
 
 MAX_WORKER_NAME = 100
 
@@ -28,6 +28,7 @@ class AttemptSerializer(serializers.ModelSerializer):
             "status_code",
             "duration_ms",
             "error",
+            "response",
         ]
         read_only_fields = fields
 
@@ -56,6 +57,7 @@ class RunSerializer(serializers.ModelSerializer):
             "lag_seconds",
             "last_status_code",
             "last_error",
+            "last_response",
         ]
         read_only_fields = fields
 
@@ -75,6 +77,7 @@ class RunFilterSerializer(serializers.Serializer):
     job = serializers.UUIDField(required=False)
     state = serializers.ChoiceField(choices=RunState.choices, required=False)
     kind = serializers.ChoiceField(choices=RunKind.choices, required=False)
+    late = serializers.BooleanField(required=False)
 
 
 class WorkerNameField(StrictCharField):
@@ -131,7 +134,16 @@ class CompleteSerializer(StrictSerializer):
         allow_blank=True,
         default="",
         trim_whitespace=False,
-        help_text="Kept as the run's last_error (the first 2,000 characters).",
+        help_text="What went wrong, for status failed; kept as the run's last_error "
+        "(the first 2,000 characters). Must be empty for status succeeded.",
+    )
+    response = StrictCharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        trim_whitespace=False,
+        help_text="The work's answer or output, for either status; kept as the run's "
+        f"last_response (the first {MAX_RESPONSE_CHARS:,} characters).",
     )
     retryable = StrictBooleanField(
         default=True,
@@ -139,3 +151,10 @@ class CompleteSerializer(StrictSerializer):
         "or fail the run now (false).",
     )
     worker = WorkerNameField(required=False, help_text="Optional: the name given at claim.")
+
+    def validate(self, attrs):
+        if attrs["status"] == RunState.SUCCEEDED and attrs["error"]:
+            raise serializers.ValidationError(
+                {"error": ["A succeeded attempt has no error: send its output as response."]}
+            )
+        return attrs

@@ -14,11 +14,15 @@ import datetime as dt
 import random
 from dataclasses import asdict
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.generics import get_object_or_404
-from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -26,10 +30,11 @@ from core.api_base import ApiViewMixin
 from core.api_errors import Conflict, error_response
 from core.api_fields import EmptySerializer
 from core.db import db_now
+from core.paginators import ApiCursor
 from jobs.models import Channel, Job
 from runs import leases, outcomes
 from runs.after_attempt import after_attempt
-from runs.models import RetryNotAllowed, Run, RunKind, RunQuerySet, RunState
+from runs.models import LATE_AFTER, RetryNotAllowed, Run, RunKind, RunQuerySet, RunState
 from runs.retry import Outcome
 from runs.serializers import (
     ClaimedRunSerializer,
@@ -47,30 +52,99 @@ _SYSTEM_RNG = random.SystemRandom()
 LEASE_LOST = "The lease was lost: it expired and the run was claimed again, or it was never yours."
 
 
-class RunCursor(CursorPagination):
-    """Newest fire first. A cursor, not a page number: no COUNT(*) over a big
-    table, and rows arriving at the top do not shift the pages being read."""
-
-    ordering = ("-scheduled_at", "-id")
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 500
+class RunCursor(ApiCursor):
+    ordering = ("-scheduled_at", "-id")  # newest fire first
 
 
 FILTER_PARAMETERS = [
     OpenApiParameter("job", str, description="A job id."),
     OpenApiParameter("state", str, enum=RunState.values),
     OpenApiParameter("kind", str, enum=RunKind.values),
+    OpenApiParameter(
+        "late",
+        bool,
+        description=(
+            f"true: only the late runs, those that started over {LATE_AFTER.seconds} s after"
+            f" their fire time, or are still pending {LATE_AFTER.seconds} s after they became"
+            " due (a backfill is never late); false: only the others."
+        ),
+    ),
 ]
 
 
+# Response examples of the pull-worker protocol, one run through its life.
+_RUN_ID = "6f1c2a4e-8d2b-5c3e-9a41-0b7d5e2f9c10"
+_JOB_ID = "3a9e7c1b-2f4d-4e6a-8b0c-1d2e3f4a5b6c"
+CLAIM_EXAMPLE = OpenApiExample(
+    "One run claimed",
+    response_only=True,
+    status_codes=["200"],
+    value={
+        "id": _RUN_ID,
+        "job": _JOB_ID,
+        "job_name": "sync-inventory",
+        "scheduled_at": "2026-05-04T09:00:00Z",
+        "kind": "scheduled",
+        "attempt": 1,
+        "lease_until": "2026-05-04T09:00:31Z",
+        "payload": {"warehouse": "eu-1"},
+    },
+)
+HEARTBEAT_EXAMPLE = OpenApiExample(
+    "The lease, extended",
+    response_only=True,
+    status_codes=["200"],
+    value={"lease_until": "2026-05-04T09:00:41Z"},
+)
+COMPLETE_EXAMPLE = OpenApiExample(
+    "The run succeeded",
+    response_only=True,
+    status_codes=["200"],
+    value={
+        "id": _RUN_ID,
+        "job": _JOB_ID,
+        "job_name": "sync-inventory",
+        "scheduled_at": "2026-05-04T09:00:00Z",
+        "kind": "scheduled",
+        "state": "succeeded",
+        "reason": "",
+        "attempt": 1,
+        "max_attempts": 3,
+        "available_at": None,
+        "lease_owner": "",
+        "lease_until": None,
+        "created_at": "2026-05-04T08:59:59.812000Z",
+        "started_at": "2026-05-04T09:00:01.034000Z",
+        "finished_at": "2026-05-04T09:00:12.410000Z",
+        "lag_seconds": 1.034,
+        "last_status_code": None,
+        "last_error": "",
+        "last_response": "1,204 items synced",
+        "attempts": [
+            {
+                "number": 1,
+                "worker": "pull:7:host-1",
+                "started_at": "2026-05-04T09:00:01.034000Z",
+                "finished_at": "2026-05-04T09:00:12.410000Z",
+                "outcome": "succeeded",
+                "status_code": None,
+                "duration_ms": 11376,
+                "error": "",
+                "response": "1,204 items synced",
+            }
+        ],
+    },
+)
+
+
 def filter_runs(queryset: RunQuerySet, request: Request) -> RunQuerySet:
-    """Apply ?job=&state=&kind=; a malformed value is a 400 naming the parameter."""
+    """Apply ?job=&state=&kind=&late=; a malformed value is a 400 naming the parameter."""
     query = RunFilterSerializer(data=request.query_params.dict())
     query.is_valid(raise_exception=True)
-    return queryset.filter(
-        **{("job_id" if k == "job" else k): v for k, v in query.validated_data.items()}
-    )
+    filters = dict(query.validated_data)
+    if "late" in filters:
+        queryset = queryset.late(filters.pop("late"))
+    return queryset.filter(**{("job_id" if k == "job" else k): v for k, v in filters.items()})
 
 
 def pull_lease_owner(user, worker: str) -> str:
@@ -120,8 +194,16 @@ class RunViewSet(ApiViewMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
 
     @extend_schema(
         summary="Pull workers: claim due runs of your own pull jobs",
+        description=(
+            "Takes up to `limit` due runs of your pull jobs (or of one `job`) and leases them"
+            " to `worker` for `lease_seconds`. An empty list means nothing is due: wait a"
+            " little before claiming again. Keep each run's `id` and `attempt`: heartbeat and"
+            " complete need them, and the `id` stays the same through every retry, so use it"
+            " to make the work idempotent."
+        ),
         request=ClaimSerializer,
         responses={200: ClaimedRunSerializer(many=True)},
+        examples=[CLAIM_EXAMPLE],
     )
     @action(detail=False, methods=["post"], pagination_class=None)
     def claim(self, request):
@@ -150,8 +232,14 @@ class RunViewSet(ApiViewMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
 
     @extend_schema(
         summary="Pull workers: extend the lease on a run",
+        description=(
+            "Send one every third of the lease while the work goes on. The lease never"
+            " outlives the attempt's deadline (the job's `timeout_seconds` + 5 s). A 409"
+            " means the run is no longer yours: stop the work, and do not complete it."
+        ),
         request=HeartbeatSerializer,
         responses={200: LeaseSerializer, 409: error_response(LEASE_LOST)},
+        examples=[HEARTBEAT_EXAMPLE],
     )
     @action(detail=True, methods=["post"])
     def heartbeat(self, request, pk=None):
@@ -172,8 +260,15 @@ class RunViewSet(ApiViewMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
 
     @extend_schema(
         summary="Pull workers: report the outcome of an attempt",
+        description=(
+            "`succeeded` ends the run; `failed` retries it with the job's backoff while"
+            " attempts remain, unless `retryable` is false. `response` is kept as the run's"
+            " `last_response`, `error` as its `last_error`. A 409 means the lease was lost"
+            " and the result was dropped: another attempt has the run."
+        ),
         request=CompleteSerializer,
         responses={200: RunDetailSerializer, 409: error_response(LEASE_LOST)},
+        examples=[COMPLETE_EXAMPLE],
     )
     @action(detail=True, methods=["post"])
     def complete(self, request, pk=None):
@@ -226,6 +321,7 @@ def _result(run: Run, data: dict, now: dt.datetime) -> outcomes.Result:
         job_id=run.job_id,
         attempt=data["attempt"],
         error=data["error"][:2000],
+        response=data["response"],
         started_at=started,
         duration_ms=max(0, int((now - started).total_seconds() * 1000)) if started else None,
         scheduled_at=run.scheduled_at,

@@ -318,9 +318,33 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "core.api_errors.exception_handler",
 }
 
+# The OpenAPI document's introduction (Markdown), shown at the top of /api/v1/docs/.
+API_INTRO = """Recurring jobs (cron or interval) delivered as signed webhooks, or handed to
+your own pull workers.
+
+**Authentication.** Send your API key in every request:
+`Authorization: Token <key>` (`Authorization: Bearer <key>` works too).
+The `create_owner` management command prints an owner's first key;
+`POST /api/v1/token/rotate/` makes a new one. Without valid credentials the answer is 401.
+
+**Requests and answers.** Bodies are JSON objects (`Content-Type: application/json`),
+and unknown or read-only fields are refused. Times are ISO 8601 with a UTC offset;
+answers are UTC with a `Z`. Errors are `{"field": ["message"]}` for invalid input,
+otherwise `{"detail": "message"}`.
+
+**Lists** are cursor-paginated (`next`, `previous`, `results`): follow `next`;
+`page_size` is 1 to 500 (default 50).
+
+**Pull workers** claim due runs of their pull jobs, heartbeat while they work,
+and complete each run with the `attempt` the claim gave them.
+"""
+
 SPECTACULAR_SETTINGS = {
     "TITLE": "Punctual API",
-    "DESCRIPTION": "Recurring jobs delivered as signed webhooks or to pull workers.",
+    "DESCRIPTION": API_INTRO,
+    # Docstrings are written for the maintainers: the document's words are
+    # only those given to it (extend_schema's summary and description, help_text).
+    "DISABLE_DOCSTRING_DESCRIPTIONS": True,
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",

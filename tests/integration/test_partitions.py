@@ -369,6 +369,7 @@ def test_heartbeat_and_complete_look_only_in_their_batch_s_days(owner):
         "codes": [200],
         "errors": [""],
         "reasons": [""],
+        "responses": ["ok"],
         "now": now,
         "owner": "w1",
         **leases.window([start + S]),

@@ -28,3 +28,21 @@ def test_run_once_delivers_retries_and_fails_by_status(owner, receiver_url):
     assert list(ok.attempts.values_list("number", "outcome", "status_code")) == [
         (1, "succeeded", 200)
     ]
+
+
+@pytest.mark.django_db
+@override_settings(PUNCTUAL_ALLOW_PRIVATE_TARGETS=True)
+def test_the_receiver_s_answer_is_kept_as_the_response_and_a_success_has_no_error(
+    owner, receiver_url
+):
+    ok = job_verbs.trigger(make_job(owner, url=receiver_url("ok")))
+    flaky = job_verbs.trigger(make_job(owner, url=receiver_url("status/503"), max_attempts=2))
+    assert Worker(concurrency=10, lease_seconds=5).run_once() == 2
+
+    ok, flaky = (Run.objects.get(pk=r.pk) for r in (ok, flaky))
+    assert (ok.state, ok.last_error, ok.last_response) == ("succeeded", "", "ok")
+    assert list(ok.attempts.values_list("error", "response")) == [("", "ok")]
+    # A failure keeps both: what went wrong, and what the receiver said.
+    assert (flaky.state, flaky.last_response) == ("retrying", "status")
+    assert "503" in flaky.last_error
+    assert list(flaky.attempts.values_list("response", flat=True)) == ["status"]

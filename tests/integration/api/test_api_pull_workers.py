@@ -141,6 +141,23 @@ def test_a_retryable_failure_with_attempts_left_is_retried_with_backoff(api, own
     assert db_now() <= run.available_at <= db_now() + dt.timedelta(seconds=61)
 
 
+def test_complete_keeps_the_output_as_the_response_and_a_success_has_no_error(api, owner):
+    run = job_verbs.trigger(pull_job(owner))
+    claim(api)
+    url = f"/api/v1/runs/{run.pk}/complete/"
+    refused = api.post(url, {"attempt": 1, "status": "succeeded", "error": "x"}, format="json")
+    assert refused.status_code == 400 and list(refused.json()) == ["error"]
+    assert Run.objects.get(pk=run.pk).state == "running"  # nothing written
+    output = "1,204 rows synced; " + "x" * 600
+    answer = api.post(url, {"attempt": 1, "status": "succeeded", "response": output}, format="json")
+    assert answer.status_code == 200
+    body = answer.json()
+    assert (body["state"], body["last_error"]) == ("succeeded", "")
+    assert body["last_response"] == output[:500]
+    assert body["attempts"][0]["response"] == output[:500]
+    assert api.get(f"/api/v1/runs/{run.pk}/").json()["last_response"] == output[:500]
+
+
 def test_a_non_retryable_failure_fails_the_run_at_once(api, owner):
     run = job_verbs.trigger(pull_job(owner, max_attempts=5))
     claim(api)
