@@ -152,9 +152,16 @@ def _answer(switches: Switches, payload: dict[str, object]) -> HttpResponse:
     """The switched answer to a verified delivery, ``switches.delay`` late."""
     if switches.delay:
         time.sleep(switches.delay)
+    response: HttpResponse
     if _BODILESS.fullmatch(str(switches.status)):
-        return HttpResponse(status=switches.status)
-    return JsonResponse(payload, status=switches.status)
+        response = HttpResponse(status=switches.status)
+    else:
+        response = JsonResponse(payload, status=switches.status)
+    # An error status asked for is no error of the server's: Django would log
+    # each one as "Internal Server Error" (django.request), and a newcomer
+    # watching retries would read a crash into it. This marks it as logged.
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    return response
 
 
 def _receive(request: HttpRequest, job: Job, switches: Switches) -> HttpResponse:
