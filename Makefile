@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: help install run db db-stop test test-fast test-faults test-pooler lint types fmt browser faketime pgbouncer
+.PHONY: help install run manage db db-stop test test-fast test-faults test-pooler lint types fmt browser faketime pgbouncer
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -22,11 +22,13 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed ## create the virtualenv and install Punctual with its dev tools
 
-# The demo runs with DEBUG on and private targets allowed, so the worker may call
-# the built-in receiver on 127.0.0.1. Without DATABASE_URL it uses the embedded
-# PostgreSQL in var/pg/ (started here, stopped when honcho exits); with
-# DATABASE_URL it uses that server and starts nothing. Nothing else runs this way.
-DEMO_ENV := env DEBUG=true PUNCTUAL_ALLOW_PRIVATE_TARGETS=true PUNCTUAL_DEMO=true
+# The demo runs with DEBUG on and in demo mode, where webhooks may target
+# loopback addresses (the built-in receiver on 127.0.0.1) and no other private
+# one. Without DATABASE_URL it uses the embedded PostgreSQL in var/pg/ (started
+# here, stopped when honcho exits); with DATABASE_URL it uses that server and
+# starts nothing. Nothing else runs this way. Ctrl-C makes honcho stop its
+# processes and exit 130: that is the way to stop the demo, not an error.
+DEMO_ENV := env DEBUG=true PUNCTUAL_DEMO=true
 PGDATA_DIR := var/pg
 LOCALDB := $(BIN)/python -m scheduler_site.localdb
 PORT_FREE := import socket; s = socket.socket(); \
@@ -41,7 +43,17 @@ run: install ## start the embedded PostgreSQL, migrate, create the demo, start w
 	  $(LOCALDB) start $(PGDATA_DIR) || exit 1; fi; \
 	$(DEMO_ENV) $(BIN)/python manage.py migrate --no-input -v 0 && \
 	$(DEMO_ENV) $(BIN)/python manage.py demo && \
-	$(DEMO_ENV) $(BIN)/honcho start -f Procfile
+	{ $(DEMO_ENV) $(BIN)/honcho start -f Procfile || [ $$? -eq 130 ]; }
+
+# The demo's settings and database for any manage.py command; the embedded
+# PostgreSQL is started if it is not running, and stopped again afterwards if
+# this started it (a running `make run` keeps its server).
+manage: install ## run a manage.py command on the demo's database and settings: make manage ARGS="shell"
+	@mkdir -p var
+	@if [ -z "$$DATABASE_URL" ] && ! $(LOCALDB) status $(PGDATA_DIR); then \
+	  trap '$(LOCALDB) stop $(PGDATA_DIR)' EXIT; \
+	  $(LOCALDB) start $(PGDATA_DIR) >/dev/null || exit 1; fi; \
+	$(DEMO_ENV) $(BIN)/python manage.py $(ARGS)
 
 db: install ## start the embedded PostgreSQL in var/pg/ and leave it running (`make db-stop` stops it)
 	@mkdir -p var

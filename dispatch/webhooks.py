@@ -47,6 +47,7 @@ from jobs.targets import (
     check_url,
     check_url_syntax,
     ip_literal,
+    is_allowed_address,
     is_public_address,
     parse_target,
     refuse_non_public,
@@ -247,9 +248,11 @@ async def resolve_public(
     port: int,
     *,
     allow_private: bool,
+    allow_loopback: bool = False,
     resolver: AbstractResolver | None = None,
 ) -> list[str]:
-    """Resolve ``host`` and return its addresses, refusing any non-public one.
+    """Resolve ``host`` and return its addresses, refusing any non-public one
+    (loopback ones too, unless ``allow_loopback``).
 
     Literal IPs, in any spelling the OS accepts, are judged without DNS.
     ``resolver`` is an aiohttp ``AbstractResolver`` (default: ``ThreadedResolver``,
@@ -257,7 +260,9 @@ async def resolve_public(
     """
     literal = ip_literal(host)
     if literal is not None:
-        if not allow_private and not is_public_address(literal):
+        if not is_allowed_address(
+            literal, allow_private=allow_private, allow_loopback=allow_loopback
+        ):
             raise UnsafeTargetError(f"URL host is a non-public address ({literal})")
         return [str(literal)]
     inner = resolver or ThreadedResolver()
@@ -269,7 +274,7 @@ async def resolve_public(
     if not addresses:
         raise UnsafeTargetError(f"could not resolve {host}")
     if not allow_private:
-        refuse_non_public(addresses)
+        refuse_non_public(addresses, allow_loopback=allow_loopback)
     return addresses
 
 
@@ -279,11 +284,19 @@ class GuardedResolver(AbstractResolver):
     aiohttp connects to the addresses its resolver returns, so vetting them here
     closes the DNS-rebinding window: there is no second lookup between the check
     and the connect. If any answer is non-public the whole lookup is refused
-    (not filtered), matching the save-time rule.
+    (not filtered), matching the save-time rule. ``allow_loopback`` lets
+    loopback answers through (demo mode).
     """
 
-    def __init__(self, *, allow_private: bool, inner: AbstractResolver | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        allow_private: bool,
+        allow_loopback: bool = False,
+        inner: AbstractResolver | None = None,
+    ) -> None:
         self._allow_private = allow_private
+        self._allow_loopback = allow_loopback
         # Created lazily: ThreadedResolver needs a running event loop.
         self._inner = inner
 
@@ -293,15 +306,18 @@ class GuardedResolver(AbstractResolver):
         if self._inner is None:
             self._inner = ThreadedResolver()
         results = await self._inner.resolve(host, port, family=family)
-        if not self._allow_private:
-            for result in results:
-                address = result["host"]
-                try:
-                    public = is_public_address(ipaddress.ip_address(address))
-                except ValueError:
-                    public = False
-                if not public:
-                    raise RefusedAddressError(f"refused non-public address {address} for {host}")
+        for result in results:
+            address = result["host"]
+            try:
+                allowed = is_allowed_address(
+                    ipaddress.ip_address(address),
+                    allow_private=self._allow_private,
+                    allow_loopback=self._allow_loopback,
+                )
+            except ValueError:
+                allowed = False
+            if not allowed:
+                raise RefusedAddressError(f"refused non-public address {address} for {host}")
         return results
 
     async def close(self) -> None:
@@ -313,6 +329,7 @@ def make_session(
     *,
     limit: int = 1000,
     allow_private: bool,
+    allow_loopback: bool = False,
     resolver: AbstractResolver | None = None,
 ) -> aiohttp.ClientSession:
     """The one HTTP client session a worker uses for all its deliveries.
@@ -321,7 +338,9 @@ def make_session(
     behind the guard (tests use it to fake DNS answers).
     """
     connector = aiohttp.TCPConnector(
-        resolver=GuardedResolver(allow_private=allow_private, inner=resolver),
+        resolver=GuardedResolver(
+            allow_private=allow_private, allow_loopback=allow_loopback, inner=resolver
+        ),
         limit=limit,
         # Many jobs share one receiver host; a per-host cap would make them
         # queue behind each other and fire late.
@@ -445,6 +464,7 @@ async def deliver(
     *,
     now: datetime,
     allow_private: bool,
+    allow_loopback: bool = False,
 ) -> DeliveryResult:
     """Make one attempt and say what happened. Never raises for network problems.
 
@@ -493,7 +513,9 @@ async def deliver(
     try:
         target = parse_target(delivery.url)
         literal = ip_literal(target.raw_host or "")
-        if not allow_private and literal is not None and not is_public_address(literal):
+        if literal is not None and not is_allowed_address(
+            literal, allow_private=allow_private, allow_loopback=allow_loopback
+        ):
             raise UnsafeTargetError(f"refused non-public address {literal}")
         headers, body = build_request(delivery, now)
     except (ValueError, TypeError) as exc:

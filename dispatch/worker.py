@@ -49,12 +49,11 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 import uvloop
-from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, connections
 
 from dispatch import fleet, webhooks
 from dispatch.wakeup import Wakeup
-from jobs import crypto
+from jobs import crypto, targets
 from runs import leases, outcomes
 from runs.after_attempt import after_attempt
 from runs.retry import Outcome
@@ -154,8 +153,12 @@ class Worker:
         self.lapse_margin = min(LAPSE_MARGIN, lease_seconds / 10)
         self.registration = fleet.Registration("worker", name)
         self.name = self.registration.name
-        self.allow_private = (
-            settings.PUNCTUAL_ALLOW_PRIVATE_TARGETS if allow_private is None else allow_private
+        # Which non-public addresses deliveries may reach (jobs/targets.py):
+        # the settings' rule, unless a test says allow_private outright.
+        self.address_rule: targets.AddressRule = (
+            targets.configured_rule()
+            if allow_private is None
+            else {"allow_private": allow_private, "allow_loopback": False}
         )
         self.poll_interval = poll_interval
         self.rng = random.Random()
@@ -236,7 +239,7 @@ class Worker:
                 )
                 assert self._session is not None  # set before any delivery starts
                 result = await webhooks.deliver(
-                    self._session, delivery, now=now, allow_private=self.allow_private
+                    self._session, delivery, now=now, **self.address_rule
                 )
             decided = decide(c, result, started_at=c.attempt_started_at, now=now, rng=self.rng)
             if decided.state != "succeeded":
@@ -464,9 +467,7 @@ class Worker:
                 # Not the main thread (tests run a worker in a thread):
                 # asyncio's loop raises RuntimeError there, uvloop's ValueError.
                 pass
-        self._session = webhooks.make_session(
-            limit=self.concurrency, allow_private=self.allow_private
-        )
+        self._session = webhooks.make_session(limit=self.concurrency, **self.address_rule)
         log.info("worker started", extra={"worker": self.name, "concurrency": self.concurrency})
         self._wakeup.start()
         try:
@@ -529,9 +530,7 @@ class Worker:
 
         async def deliver_all() -> None:
             self._wake = asyncio.Event()
-            self._session = webhooks.make_session(
-                limit=self.concurrency, allow_private=self.allow_private
-            )
+            self._session = webhooks.make_session(limit=self.concurrency, **self.address_rule)
             try:
                 self.in_flight += len(claimed)
                 await asyncio.gather(*(self._deliver(c) for c in claimed))

@@ -14,7 +14,6 @@ import zoneinfo
 from typing import TYPE_CHECKING
 
 from django import forms
-from django.conf import settings
 from django.core.validators import MaxLengthValidator, ProhibitNullCharactersValidator
 from django.forms.fields import InvalidJSONInput
 from django.utils import dateparse, timezone
@@ -31,7 +30,7 @@ from jobs.limits import (
     payload_from_text,
 )
 from jobs.models import Job, TargetKind
-from jobs.targets import UnsafeTargetError, check_url
+from jobs.targets import UnsafeTargetError, check_url, configured_rule
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -197,7 +196,8 @@ class JobForm(forms.ModelForm):
         if "url" in self.fields:
             self.fields["url"].help_text = (
                 "http or https; required for webhook jobs. Private and loopback addresses "
-                "are refused unless PUNCTUAL_ALLOW_PRIVATE_TARGETS is set."
+                "are refused unless PUNCTUAL_ALLOW_PRIVATE_TARGETS is set; in demo mode "
+                "loopback ones (127.0.0.1) are allowed."
             )
         if "payload" in self.fields:
             self.fields["payload"].help_text = (
@@ -285,7 +285,7 @@ class JobForm(forms.ModelForm):
             self.add_error("url", "A webhook job needs a URL.")
             return
         try:
-            check_url(url, allow_private=settings.PUNCTUAL_ALLOW_PRIVATE_TARGETS)
+            check_url(url, **configured_rule())
         except UnsafeTargetError as exc:
             self.add_error("url", str(exc))
             return

@@ -3,10 +3,10 @@
 One set of rules for both moments a URL is judged: when a job is saved (the
 API's serializer and the admin's form call ``check_url``) and when it is
 delivered (dispatch/webhooks.py vets the URL and each DNS answer again with
-``parse_target``, ``ip_literal``, ``is_public_address`` and
+``parse_target``, ``ip_literal``, ``is_allowed_address`` and
 ``refuse_non_public``). The rules live here, under the delivery engine, so a
-job can be validated without importing it. No Django: the unit tests use it
-as it is.
+job can be validated without importing it. No Django, except the settings
+that ``configured_rule`` reads when called: the unit tests use it as it is.
 """
 
 from __future__ import annotations
@@ -18,15 +18,20 @@ import socket
 import unicodedata
 import urllib.parse
 from collections.abc import Callable, Iterable
+from typing import TypedDict
 
 from yarl import URL
 
 __all__ = [
     "MAX_URL_LENGTH",
+    "AddressRule",
     "UnsafeTargetError",
     "check_url",
     "check_url_syntax",
+    "configured_rule",
     "ip_literal",
+    "is_allowed_address",
+    "is_loopback_address",
     "memo_resolver",
     "is_public_address",
     "parse_target",
@@ -119,6 +124,53 @@ def is_public_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool
     )
 
 
+def is_loopback_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """True for 127.0.0.0/8 and ::1, and for ``::ffff:127.x.y.z`` (the same
+    loopback, spelled as IPv6): this host, and nothing else on the network."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.scope_id:
+            return False
+        if ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped.is_loopback
+    return ip.is_loopback
+
+
+def is_allowed_address(
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address,
+    *,
+    allow_private: bool,
+    allow_loopback: bool = False,
+) -> bool:
+    """The address rule and its two exceptions: public addresses always;
+    loopback too with ``allow_loopback`` (demo mode); any address with
+    ``allow_private`` (tests, development)."""
+    return allow_private or is_public_address(ip) or (allow_loopback and is_loopback_address(ip))
+
+
+class AddressRule(TypedDict):
+    """The two exceptions to the address rule, as keyword arguments."""
+
+    allow_private: bool
+    allow_loopback: bool
+
+
+def configured_rule() -> AddressRule:
+    """The exceptions the settings grant, as keyword arguments for
+    ``check_url``, ``is_allowed_address`` and the delivery guard.
+
+    Demo mode (``PUNCTUAL_DEMO``) allows loopback and nothing else private,
+    whatever ``PUNCTUAL_ALLOW_PRIVATE_TARGETS`` says: the demo's receivers
+    live on 127.0.0.1, and a demo left reachable must not become a way to
+    the cloud metadata service or the rest of the private network. Django is
+    imported here, not at the top, so the rest of the module stays free of it.
+    """
+    from django.conf import settings
+
+    if settings.PUNCTUAL_DEMO:
+        return {"allow_private": False, "allow_loopback": True}
+    return {"allow_private": settings.PUNCTUAL_ALLOW_PRIVATE_TARGETS, "allow_loopback": False}
+
+
 # inet_aton() accepts legacy IPv4 spellings — "127.1", "0x7f.0.0.1",
 # "2130706433", octal "0177.0.0.1" — and getaddrinfo() uses it before DNS, so an
 # attacker can write loopback without a single "127.0.0.1" in the URL.
@@ -197,7 +249,7 @@ def check_url_syntax(url: str) -> None:
     parse_target(url)
 
 
-def refuse_non_public(addresses: Iterable[str]) -> None:
+def refuse_non_public(addresses: Iterable[str], *, allow_loopback: bool = False) -> None:
     for address in addresses:
         try:
             ip = ipaddress.ip_address(address)
@@ -206,7 +258,7 @@ def refuse_non_public(addresses: Iterable[str]) -> None:
             raise UnsafeTargetError(
                 f"URL host resolves to an unreadable address ({address})"
             ) from None
-        if not is_public_address(ip):
+        if not is_allowed_address(ip, allow_private=False, allow_loopback=allow_loopback):
             raise UnsafeTargetError(f"URL host resolves to a non-public address ({address})")
 
 
@@ -240,9 +292,11 @@ def check_url(
     url: str,
     *,
     allow_private: bool,
+    allow_loopback: bool = False,
     resolve: Callable[[str], list[str]] | None = None,
 ) -> None:
     """The save-time check: syntax, then (unless ``allow_private``) every address.
+    ``allow_loopback`` lets loopback addresses through too (demo mode).
 
     ``resolve`` maps an IDNA-encoded host name to address strings; the default
     is ``socket.getaddrinfo``. Any non-public answer refuses the URL: a name
@@ -256,7 +310,7 @@ def check_url(
     assert host is not None  # parse_target guarantees it
     literal = ip_literal(host)
     if literal is not None:
-        if not is_public_address(literal):
+        if not is_allowed_address(literal, allow_private=False, allow_loopback=allow_loopback):
             raise UnsafeTargetError(f"URL host is a non-public address ({literal})")
         return
     try:
@@ -265,4 +319,4 @@ def check_url(
         raise UnsafeTargetError(f"could not resolve {host}") from None
     if not addresses:
         raise UnsafeTargetError(f"could not resolve {host}")
-    refuse_non_public(addresses)
+    refuse_non_public(addresses, allow_loopback=allow_loopback)

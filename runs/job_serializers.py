@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from drf_spectacular.utils import OpenApiExample, extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
@@ -35,7 +34,7 @@ from jobs.schedules import (
     validate_cron,
     validate_timezone,
 )
-from jobs.targets import UnsafeTargetError, check_url
+from jobs.targets import UnsafeTargetError, check_url, configured_rule
 from runs.models import RunState
 
 MAX_PREVIEW = 100
@@ -279,7 +278,7 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
             try:
                 check_url(
                     value,
-                    allow_private=settings.PUNCTUAL_ALLOW_PRIVATE_TARGETS,
+                    **configured_rule(),
                     # A bulk create passes one resolver for all its items.
                     resolve=self.context.get("resolve"),
                 )

@@ -50,3 +50,12 @@ def dispatcher_outage(request) -> dict:
         return health.backlog_reason(health.backlog_seconds())
 
     return {"dispatcher_outage": outage, "claim_backlog": backlog}
+
+
+def demo_mode(request) -> dict:
+    """``demo_mode``: PUNCTUAL_DEMO is on (``make run``), so every admin page
+    says which webhook targets this install allows and where the demo's
+    catch-all receiver is (templates/admin/punctual/demo_banner.html)."""
+    from django.conf import settings
+
+    return {"demo_mode": settings.PUNCTUAL_DEMO}

@@ -358,7 +358,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.action == "url":
             print(database_url(args.data_dir))
         else:
-            return 0 if _is_running(args.data_dir.resolve()) else 3
+            data_dir = args.data_dir.resolve()
+            # No cluster yet: nothing runs (and, as root, no server user to ask as).
+            return 0 if (data_dir / "PG_VERSION").exists() and _is_running(data_dir) else 3
     except (LocalDatabaseError, subprocess.CalledProcessError) as exc:
         print(f"localdb: {exc}", file=sys.stderr)
         return 1

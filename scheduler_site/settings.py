@@ -6,7 +6,6 @@ See the configuration table in README.md. Settings hold wiring only: no logic.
 from __future__ import annotations
 
 import datetime as dt
-import warnings
 from pathlib import Path
 
 import environ
@@ -44,6 +43,9 @@ env = environ.Env(
 
 DEBUG = env("DEBUG")
 
+# With DEBUG on (development, `make run`) a missing SECRET_KEY means a fixed
+# development key, silently: every process of `make run` would otherwise warn
+# about a choice the developer made on purpose. Without DEBUG it is required.
 _DEV_SECRET_KEY = "punctual-development-key-do-not-use-in-production"
 SECRET_KEY = env("SECRET_KEY", default=None)
 if not SECRET_KEY:
@@ -52,16 +54,13 @@ if not SECRET_KEY:
             "SECRET_KEY is required when DEBUG is false (set DEBUG=true for development)"
         )
     SECRET_KEY = _DEV_SECRET_KEY
-    warnings.warn(
-        "SECRET_KEY is not set: using the development key. Set SECRET_KEY in production.",
-        stacklevel=1,
-    )
 
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 
 # Webhooks may target loopback and private addresses only when this is true
-# (development, the demo, tests). It lifts the address rule of README "Security" and
-# nothing else.
+# (development, tests). It lifts the address rule of README "Security" and
+# nothing else. Demo mode (PUNCTUAL_DEMO) narrows it to loopback addresses
+# (jobs/targets.py configured_rule).
 PUNCTUAL_ALLOW_PRIVATE_TARGETS = env("PUNCTUAL_ALLOW_PRIVATE_TARGETS")
 PUNCTUAL_RUN_RETENTION_DAYS = env("PUNCTUAL_RUN_RETENTION_DAYS")
 # Audit events (jobs.JobEvent) older than this are deleted by the same
@@ -114,7 +113,9 @@ PUNCTUAL_BACKLOG_DEGRADED_SECONDS = env("PUNCTUAL_BACKLOG_DEGRADED_SECONDS")
 if PUNCTUAL_BACKLOG_DEGRADED_SECONDS <= 0:
     raise environ.ImproperlyConfigured("PUNCTUAL_BACKLOG_DEGRADED_SECONDS must be positive")
 
-# The demo app (ops.demo): the built-in receiver that `make run` delivers to.
+# Demo mode (`make run`): the demo app (ops.demo, the built-in receiver that
+# the demo delivers to), a "demo mode" banner on every admin page, and
+# webhooks may target loopback addresses, but no other private one.
 PUNCTUAL_DEMO = env("PUNCTUAL_DEMO")
 
 INSTALLED_APPS = [
@@ -167,6 +168,8 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 # The "no dispatcher" banner on every admin page.
                 "scheduler_site.context_processors.dispatcher_outage",
+                # The "demo mode" banner on every admin page.
+                "scheduler_site.context_processors.demo_mode",
             ],
         },
     },

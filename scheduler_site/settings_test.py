@@ -16,8 +16,7 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("SECRET_KEY", "punctual-test-key")
-# The demo app's tests need its table; processes the tests start inherit this.
-os.environ.setdefault("PUNCTUAL_DEMO", "true")
+os.environ.setdefault("PUNCTUAL_DEMO", "false")
 
 if not os.environ.get("DATABASE_URL"):
     from scheduler_site import localdb
@@ -27,7 +26,13 @@ if not os.environ.get("DATABASE_URL"):
     os.environ["PUNCTUAL_TEST_PGDATA"] = str(_data_dir)
     os.environ["PUNCTUAL_TEST_PG_OWNER"] = str(os.getpid())
 
+from scheduler_site import settings as _real  # noqa: E402
 from scheduler_site.settings import *  # noqa: E402,F403
+
+# The demo app's tests need its table and pages, but not demo mode itself (its
+# banner, loopback-only targets): the tests that want it turn PUNCTUAL_DEMO on.
+if "ops.demo" not in _real.INSTALLED_APPS:
+    INSTALLED_APPS = [*_real.INSTALLED_APPS, "ops.demo"]
 
 # Hashing test users' passwords with PBKDF2 costs most of a test's set-up time.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # noqa: F405

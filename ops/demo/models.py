@@ -21,6 +21,10 @@ class DemoDelivery(models.Model):
     # Why the signature did not verify ("" when it did).
     error = models.CharField(max_length=200, blank=True, default="")
     times_received = models.PositiveIntegerField(default=1)
+    # What the receiver answered the last time (its ?status= switch, or 401),
+    # and the path and query string that delivery came to.
+    last_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_request = models.CharField(max_length=300, blank=True, default="")
     first_received_at = models.DateTimeField()
     last_received_at = models.DateTimeField()
 

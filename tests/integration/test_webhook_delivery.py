@@ -569,6 +569,66 @@ def test_errors_never_contain_the_secret() -> None:
         assert secret_body not in result.excerpt
 
 
+# --- demo mode: loopback, and no other private address ----------------------------
+
+DEMO_RULE = {"allow_private": False, "allow_loopback": True}
+
+
+async def deliver_with_demo_rule(url: str, dns: FakeDNS | None = None) -> DeliveryResult:
+    async with make_session(**DEMO_RULE, resolver=dns) as session:
+        return await deliver(session, make_delivery(url), now=datetime.now(UTC), **DEMO_RULE)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]"])
+def test_demo_mode_delivers_to_loopback(host) -> None:
+    async def scenario() -> tuple[DeliveryResult, Receiver]:
+        async with receiver() as rx:
+            return await deliver_with_demo_rule(rx.url("/ok", host=host)), rx
+
+    result, rx = run(scenario())
+    assert result.outcome is Outcome.SUCCESS, result.error
+    assert len(rx.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "address"),
+    [
+        ("http://10.0.0.1/hook", "10.0.0.1"),
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254"),
+        ("http://[fd00::1]/hook", "fd00::1"),
+        ("http://[::ffff:10.0.0.1]/hook", "::ffff:a00:1"),
+        ("http://internal.example/hook", "10.0.0.5"),
+        ("http://mixed.example/hook", "169.254.169.254"),
+    ],
+)
+def test_demo_mode_refuses_every_other_private_address_at_delivery(url, address) -> None:
+    dns = FakeDNS(
+        {
+            "internal.example": [["10.0.0.5"]],
+            "mixed.example": [["127.0.0.1", "169.254.169.254"]],
+        }
+    )
+    result = run(deliver_with_demo_rule(url, dns))
+    assert result.outcome is Outcome.PERMANENT
+    assert f"refused non-public address {address}" in result.error
+
+
+def test_demo_mode_at_save_refuses_private_names_and_passes_loopback_ones() -> None:
+    answers = {"internal.example": ["10.0.0.5"], "localhost": ["127.0.0.1", "::1"]}
+    check_url("http://localhost:8000/demo/receiver/", **DEMO_RULE, resolve=answers.__getitem__)
+    with pytest.raises(UnsafeTargetError, match=r"non-public address \(10.0.0.5\)"):
+        check_url("http://internal.example/", **DEMO_RULE, resolve=answers.__getitem__)
+
+
+@pytest.mark.django_db
+def test_demo_mode_narrows_allow_private_targets_for_the_worker(settings) -> None:
+    settings.PUNCTUAL_ALLOW_PRIVATE_TARGETS = True
+    settings.PUNCTUAL_DEMO = True
+    assert Worker(concurrency=1).address_rule == DEMO_RULE
+    settings.PUNCTUAL_DEMO = False
+    assert Worker(concurrency=1).address_rule == {"allow_private": True, "allow_loopback": False}
+
+
 # --- the identity a receiver de-duplicates on ---------------------------------------
 
 

@@ -8,12 +8,18 @@ the files git would commit instead, to try uncommitted changes.) It:
    PostgreSQL in var/pg/, migrate, demo, honcho);
 2. polls the REST API, with the token the demo printed, until the demo job
    has 2 succeeded runs whose deliveries the demo receiver verified;
-3. sends SIGINT to the process group, as Ctrl-C does, and checks that every
+3. creates a job of its own through the API, pointed at the demo's catch-all
+   receiver with ``?status=500``, and watches it retry, fail twice and pause
+   itself (``pause_after_failures`` 2); ``make manage`` reads it meanwhile;
+4. sends SIGINT to the process group, as Ctrl-C does, and checks that every
    process it started (honcho puts each Procfile entry in a session of its
    own, so the whole tree is tracked) is gone, without honcho's SIGKILL, and
-   that the embedded PostgreSQL has stopped;
-4. runs ``make run`` again: same owner, same password and token, one job,
-   deliveries continue; then Ctrl-C again.
+   that the embedded PostgreSQL has stopped; the output stayed quiet: no
+   SECRET_KEY warning, no access log, no traceback, no make error;
+5. runs ``make run`` again: same owner, same password and token, the jobs,
+   deliveries continue; then Ctrl-C again;
+6. ``make manage`` with no server running starts the embedded PostgreSQL for
+   its command and stops it after.
 """
 
 from __future__ import annotations
@@ -44,7 +50,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BASE = "http://127.0.0.1:8000"
 INSTALL_DEADLINE = 900  # a cold pip cache may download every dependency
 DELIVERY_DEADLINE = 180
+PAUSE_DEADLINE = 180
 STOP_DEADLINE = 60
+MANAGE_DEADLINE = 180
 
 
 def port_8000_is_free() -> bool:
@@ -196,6 +204,57 @@ def verified_successes(job_id: str, token: str) -> set[str]:
     return {run["id"] for run in runs["results"]} & valid
 
 
+def create_failing_job(token: str) -> dict:
+    """A job of the owner's own, pointed at the catch-all receiver told to
+    answer 500: every run is tried twice, then fails; two failed runs in a
+    row pause it."""
+    response = requests.post(
+        f"{BASE}/api/v1/jobs/",
+        headers={"Authorization": f"Token {token}"},
+        json={
+            "name": "mine, failing on purpose",
+            "interval_seconds": 2,
+            "url": f"{BASE}/demo/receiver/my/own/hook?status=500",
+            "max_attempts": 2,
+            "retry_backoff_seconds": 1,
+            "overlap_policy": "skip",
+            "pause_after_failures": 2,
+        },
+        timeout=10,
+    )
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def paused_job(job_id: str, token: str) -> dict | None:
+    job = get_json(f"/api/v1/jobs/{job_id}/", token)
+    return job if job and job["state"] == "paused" else None
+
+
+def make_manage(clone: Path, args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["make", "--no-print-directory", "manage", f"ARGS={args}"],
+        cwd=clone,
+        env=fresh_machine_env(),
+        capture_output=True,
+        text=True,
+        timeout=MANAGE_DEADLINE,
+        check=False,
+    )
+
+
+COUNT_JOBS = 'shell -v 0 -c "from jobs.models import Job; print(Job.objects.count())"'
+
+
+def assert_quiet(out: str) -> None:
+    """What a newcomer should not see in `make run`'s output."""
+    assert "SECRET_KEY" not in out, "a SECRET_KEY warning"
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+    assert '"GET /' not in out and '"POST /' not in out, "an access log line"
+    assert "django.request" not in out, "a switched 500 logged as the server's error"
+    assert "make: ***" not in out, "make reported Ctrl-C as an error"
+
+
 def query(clone: Path, sql: str, *params) -> list[tuple]:
     """``sql`` on the clone's embedded PostgreSQL (var/pg/), while it runs."""
     with psycopg.connect(localdb.database_url(clone / "var" / "pg")) as db:
@@ -222,6 +281,7 @@ def stop(run: MakeRun) -> None:
     assert "dispatcher stopped" in out
     assert "worker stopped" in out
     assert "Shutting down: Master" in out
+    assert_quiet(out)
     # The embedded PostgreSQL stopped cleanly too (its processes work in the
     # clone, so alive() above waited for them): no pid file is left behind.
     assert not (run.clone / "var" / "pg" / "postmaster.pid").exists()
@@ -271,6 +331,32 @@ def test_make_run_from_a_fresh_clone_delivers_signed_webhooks_and_stops_on_ctrl_
         health = requests.get(f"{BASE}/api/v1/health/", timeout=5)
         assert health.status_code == 200, health.text
         assert health.json()["dispatchers"] == 1 and health.json()["workers"] == 1
+        credentials = (clone / "var" / "demo-credentials.txt").read_text()
+        assert f"token={token}\n" in credentials
+        assert f"password={banner['password']}\n" in credentials
+
+        # The owner's first own job, at the catch-all receiver, failing on purpose.
+        mine = create_failing_job(token)
+        paused = poll(
+            lambda: paused_job(mine["id"], token), PAUSE_DEADLINE, "the job to pause itself", first
+        )
+        assert "after 2 consecutive failed runs" in paused["pause_note"], paused
+        failed = get_json(f"/api/v1/runs/?job={mine['id']}&state=failed", token)["results"]
+        assert len(failed) == 2, failed
+        assert {run["last_status_code"] for run in failed} == {500}
+        received = get_json("/demo/receiver/?format=json")["deliveries"]
+        answered = {d["webhook_id"]: d for d in received if d["job_id"] == mine["id"]}
+        for run in failed:
+            # Both attempts reached the receiver, verified with the job's own
+            # secret though the URL names no job, and were answered 500.
+            delivery = answered[run["id"]]
+            assert (delivery["signature_valid"], delivery["times_received"]) == (True, 2)
+            assert delivery["last_status"] == 500
+            assert delivery["last_request"] == "/demo/receiver/my/own/hook?status=500"
+        # make manage, beside a running `make run`, uses its server and leaves it up.
+        counted = make_manage(clone, COUNT_JOBS)
+        assert (counted.returncode, counted.stdout.strip()) == (0, "2"), counted.stderr
+        assert (clone / "var" / "pg" / "postmaster.pid").exists()
         stop(first)
         assert port_8000_is_free()
 
@@ -292,9 +378,14 @@ def test_make_run_from_a_fresh_clone_delivers_signed_webhooks_and_stops_on_ctrl_
             second,
         )
         assert query(clone, "SELECT count(*) FROM auth_user") == [(1,)]
-        assert query(clone, "SELECT count(*) FROM jobs_job") == [(1,)]
+        assert query(clone, "SELECT count(*) FROM jobs_job") == [(2,)]
         assert query(clone, "SELECT count(*) FROM accounts_apitoken") == [(1,)]
         stop(second)
+
+        # With no server running, make manage starts one for its command and stops it.
+        counted = make_manage(clone, COUNT_JOBS)
+        assert (counted.returncode, counted.stdout.strip()) == (0, "2"), counted.stderr
+        assert not (clone / "var" / "pg" / "postmaster.pid").exists()
     finally:
         for run in runs:
             if run.proc.poll() is None or run.alive():

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import logging
 import re
+import socket
+import time
 import uuid
 
 import pytest
@@ -260,3 +263,156 @@ def test_a_real_worker_delivers_the_demo_job_to_the_receiver(
     )
     row = DemoDelivery.objects.get()
     assert (row.webhook_id, row.signature_valid) == (str(run.pk), True)
+
+
+# -- the catch-all address and its switches -------------------------------------
+
+
+def catch_all(client, path: str, headers: dict[str, str], body: bytes):
+    headers = {k: v for k, v in headers.items() if k != "content-type"}
+    return client.post(path, data=body, content_type="application/json", headers=headers)
+
+
+@pytest.fixture
+def demo_run(demo_settings) -> Run:
+    """A run of the demo job: the catch-all finds the job from its id."""
+    run_demo()
+    return Run.objects.create(job=demo_job(), scheduled_at=timezone.now(), state="running")
+
+
+@pytest.mark.parametrize(
+    "path", ["/demo/receiver/", "/demo/receiver/orders/sync", "/demo/receiver/x/"]
+)
+def test_the_catch_all_finds_the_job_from_the_run_id_on_any_sub_path(demo_run, client, path):
+    headers, body = signed(demo_run.job, str(demo_run.pk))
+    answer = catch_all(client, path, headers, body)
+    assert answer.status_code == 200, answer.content
+    assert answer.json() == {"received": str(demo_run.pk), "duplicate": False}
+    row = DemoDelivery.objects.get()
+    assert (row.job_id, row.signature_valid, row.last_status, row.last_request) == (
+        demo_run.job_id,
+        True,
+        200,
+        path,
+    )
+
+
+def test_the_catch_all_checks_the_signature_with_the_run_s_job_secret(demo_run, client):
+    other = Job.objects.create(owner=demo_run.job.owner, name="other", interval_seconds=60)
+    # Signed with another job's secret, under this run's id: refused.
+    headers, body = signed(other, str(demo_run.pk))
+    answer = catch_all(client, "/demo/receiver/", headers, body)
+    assert answer.status_code == 401
+    assert answer.json() == {"error": "no signature matches the job's secret"}
+    row = DemoDelivery.objects.get()
+    assert (row.job_id, row.signature_valid, row.last_status) == (demo_run.job_id, False, 401)
+
+
+def test_the_catch_all_answers_404_to_an_id_that_is_no_run_and_records_nothing(demo_run, client):
+    for msg_id in (str(uuid.uuid4()), "not-a-uuid"):
+        headers, body = signed(demo_run.job, msg_id)
+        answer = catch_all(client, "/demo/receiver/", headers, body)
+        assert answer.status_code == 404
+        assert "webhook-id is not the id of any run" in answer.json()["error"]
+    assert not DemoDelivery.objects.exists()
+
+
+@pytest.mark.parametrize("status", [500, 503, 410, 299, 599])
+def test_the_status_switch_answers_a_verified_delivery_with_that_status(
+    demo_run, client, status, caplog
+):
+    headers, body = signed(demo_run.job, str(demo_run.pk))
+    with caplog.at_level(logging.INFO, logger="django.request"):
+        answer = catch_all(client, f"/demo/receiver/?status={status}", headers, body)
+    assert answer.status_code == status
+    # An answer asked for is not logged as the server's error.
+    assert [r for r in caplog.records if r.name == "django.request"] == []
+    assert answer.json()["received"] == str(demo_run.pk)
+    row = DemoDelivery.objects.get()
+    assert (row.last_status, row.last_request) == (status, f"/demo/receiver/?status={status}")
+    # A retry switched back to 200 is recorded as the last answer.
+    headers, body = signed(demo_run.job, str(demo_run.pk), attempt=2)
+    assert catch_all(client, "/demo/receiver/", headers, body).status_code == 200
+    row.refresh_from_db()
+    assert (row.times_received, row.last_status) == (2, 200)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("status", [204, 304])
+def test_the_status_switch_sends_no_body_where_http_allows_none(demo_settings, live_server, status):
+    """Over a real socket: Django's test client drops such bodies by itself."""
+    run_demo()
+    run = Run.objects.create(job=demo_job(), scheduled_at=timezone.now(), state="running")
+    headers, body = signed(run.job, str(run.pk))
+    host, port = live_server.thread.host, live_server.thread.port
+    lines = [f"POST /demo/receiver/?status={status} HTTP/1.0", f"Host: {host}:{port}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    lines += [f"Content-Length: {len(body)}", "", ""]
+    with socket.create_connection((host, port), timeout=30) as sock:
+        sock.sendall("\r\n".join(lines).encode() + body)
+        answer = b""
+        while chunk := sock.recv(65536):  # HTTP/1.0: the server closes when done
+            answer += chunk
+    head, _, rest = answer.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status}".encode()) or head.startswith(
+        f"HTTP/1.0 {status}".encode()
+    ), head
+    assert rest == b""
+
+
+def test_the_status_switch_never_hides_a_bad_signature(demo_run, client):
+    headers, body = signed(demo_run.job, str(demo_run.pk))
+    answer = catch_all(client, "/demo/receiver/?status=200", headers, body + b" ")
+    assert answer.status_code == 401
+
+
+def test_the_delay_switch_answers_that_many_seconds_late(demo_run, client):
+    headers, body = signed(demo_run.job, str(demo_run.pk))
+    started = time.monotonic()
+    answer = catch_all(client, "/demo/receiver/?delay=0.4&status=502", headers, body)
+    # A lower bound only: a slow machine makes it later, never earlier.
+    assert time.monotonic() - started >= 0.4
+    assert answer.status_code == 502
+    assert DemoDelivery.objects.get().last_request == "/demo/receiver/?delay=0.4&status=502"
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("status=99", "status must be an HTTP status code from 100 to 599 (got '99')"),
+        ("status=600", "status must be an HTTP status code from 100 to 599 (got '600')"),
+        ("status=abc", "status must be an HTTP status code from 100 to 599 (got 'abc')"),
+        ("status=", "status must be an HTTP status code from 100 to 599 (got '')"),
+        ("status=5e2", "status must be an HTTP status code from 100 to 599 (got '5e2')"),
+        ("delay=61", "delay must be seconds from 0 to 60 (got '61')"),
+        ("delay=-1", "delay must be seconds from 0 to 60 (got '-1')"),
+        ("delay=nan", "delay must be seconds from 0 to 60 (got 'nan')"),
+        ("delay=inf", "delay must be seconds from 0 to 60 (got 'inf')"),
+        ("delay=3s", "delay must be seconds from 0 to 60 (got '3s')"),
+    ],
+)
+def test_a_bad_switch_is_a_400_naming_it_and_records_nothing(demo_run, client, query, message):
+    headers, body = signed(demo_run.job, str(demo_run.pk))
+    for path in ("/demo/receiver/", f"/demo/receiver/{demo_run.job_id}/"):
+        answer = catch_all(client, f"{path}?{query}", headers, body)
+        assert (answer.status_code, answer.json()) == (400, {"error": message})
+    assert not DemoDelivery.objects.exists()
+
+
+def test_the_catch_all_lists_every_delivery_with_its_last_answer(demo_run, client):
+    headers, body = signed(demo_run.job, str(demo_run.pk))
+    catch_all(client, "/demo/receiver/hooks?status=500", headers, body)
+    page = client.get("/demo/receiver/anything")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert str(demo_run.pk) in html and "/demo/receiver/hooks?status=500" in html
+    [row] = client.get("/demo/receiver/?format=json").json()["deliveries"]
+    assert (row["last_status"], row["last_request"]) == (500, "/demo/receiver/hooks?status=500")
+
+
+def test_the_catch_all_is_off_without_debug(demo_run, client, demo_settings):
+    demo_settings.DEBUG = False
+    headers, body = signed(demo_run.job, str(demo_run.pk))
+    assert catch_all(client, "/demo/receiver/", headers, body).status_code == 404
+    assert client.get("/demo/receiver/").status_code == 404
+    assert not DemoDelivery.objects.exists()

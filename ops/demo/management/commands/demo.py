@@ -9,6 +9,7 @@ that no longer works (rotated or revoked in the admin) is replaced.
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 import uuid
 from pathlib import Path
@@ -21,6 +22,7 @@ from django.db import transaction
 from accounts import tokens
 from jobs import changes
 from jobs.models import Channel, Job
+from jobs.targets import configured_rule, is_allowed_address
 
 USERNAME = "admin"
 JOB_NAME = "Demo: every 10 seconds"
@@ -75,10 +77,10 @@ class Command(BaseCommand):
             user, password = self.ensure_owner()
             key = self.ensure_key(user)
             job, created = self.ensure_job(user, base, options["interval"])
-        if not settings.PUNCTUAL_ALLOW_PRIVATE_TARGETS:
+        if not is_allowed_address(ipaddress.ip_address("127.0.0.1"), **configured_rule()):
             self.stderr.write(
-                "warning: PUNCTUAL_ALLOW_PRIVATE_TARGETS is false, so workers will refuse the"
-                " demo receiver on 127.0.0.1 (make run sets it to true)"
+                "warning: this is not demo mode, so workers will refuse the demo receiver on"
+                " 127.0.0.1 (make run sets PUNCTUAL_DEMO=true)"
             )
         shown = password or "(unchanged; set one with: manage.py changepassword admin)"
         self.stdout.write(
@@ -89,6 +91,8 @@ class Command(BaseCommand):
                     f"  admin      {base}/admin/  user {USERNAME}  password {shown}",
                     f"  demo job   {job.pk}  ({job.name})",
                     f"  receiver   {base}/demo/receiver/{job.pk}/",
+                    f"  any job    {base}/demo/receiver/   (?status=500 fails, &delay=3 is slow)",
+                    f"  saved in   {credentials_file()}  (user, password, API token)",
                     f"  health     {base}/api/v1/health/",
                     f"  metrics    {base}/metrics",
                     f'  API        curl -H "Authorization: Token {key}" {base}/api/v1/jobs/',
