@@ -14,6 +14,7 @@ under us nor have its advance overwritten by our save of a stale copy.
 from __future__ import annotations
 
 import datetime as dt
+import zoneinfo
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -39,6 +40,7 @@ from core.api_errors import UnprocessableKey, error_response
 from core.api_fields import EmptySerializer
 from core.db import db_now
 from jobs import changes, crypto, idempotency, quotas
+from jobs.display import describe_schedule
 from jobs.models import Channel, Job, JobEvent
 from jobs.schedules import Schedule, cron_risks
 from jobs.targets import memo_resolver
@@ -54,6 +56,7 @@ from runs.job_serializers import (
     PreviewQuerySerializer,
     ResumedJobSerializer,
     ResumeSerializer,
+    SchedulePreviewAnswerSerializer,
     SchedulePreviewSerializer,
     SecretSerializer,
 )
@@ -498,7 +501,7 @@ class SchedulePreviewView(ApiViewMixin, APIView):
     @extend_schema(
         summary="Check a schedule and list its next fires, without saving anything",
         request=SchedulePreviewSerializer,
-        responses={200: FiresSerializer},
+        responses={200: SchedulePreviewAnswerSerializer},
     )
     def post(self, request):
         now = db_now()
@@ -514,4 +517,14 @@ class SchedulePreviewView(ApiViewMixin, APIView):
         )
         fires = schedule.next_fires(data.get("after") or now, data["count"])
         warnings = cron_risks(data["cron"], data["timezone"], now=now) if data["cron"] else []
-        return Response({"fires": [_iso(f) for f in fires], "warnings": warnings})
+        zone = zoneinfo.ZoneInfo(data["timezone"])
+        return Response(
+            {
+                "fires": [_iso(f) for f in fires],
+                "local_fires": [f.astimezone(zone).isoformat() for f in fires],
+                "description": describe_schedule(
+                    data["cron"], data["interval_seconds"], data["timezone"]
+                ),
+                "warnings": warnings,
+            }
+        )
