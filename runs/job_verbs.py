@@ -238,8 +238,14 @@ def trigger(
     else:
         run_id = identity.fire_id(job.pk, now)
     return _hand_made_run(
-        job, run_id, now, kind=RunKind.MANUAL, max_attempts=job.max_attempts, actor=actor,
-        channel=channel, action="triggered",
+        job,
+        run_id,
+        now,
+        kind=RunKind.MANUAL,
+        max_attempts=job.max_attempts,
+        actor=actor,
+        channel=channel,
+        action="triggered",
     )
 
 
@@ -255,8 +261,14 @@ def send_test_delivery(job: Job, *, actor=None, channel: str = Channel.ADMIN) ->
     """
     now = db_now()
     return _hand_made_run(
-        job, identity.fire_id(job.pk, now), now, kind=RunKind.TEST, max_attempts=1,
-        actor=actor, channel=channel, action="test_delivery",
+        job,
+        identity.fire_id(job.pk, now),
+        now,
+        kind=RunKind.TEST,
+        max_attempts=1,
+        actor=actor,
+        channel=channel,
+        action="test_delivery",
     )
 
 

@@ -319,9 +319,7 @@ def _test_runs(rows: list[dict]) -> set[uuid.UUID]:
     return {row["id"] for row in rows if row["kind"] == RunKind.TEST}
 
 
-def _update_streaks(
-    results: list[Result], tests: set[uuid.UUID]
-) -> list[tuple[uuid.UUID, str]]:
+def _update_streaks(results: list[Result], tests: set[uuid.UUID]) -> list[tuple[uuid.UUID, str]]:
     """Apply failure streaks per job; return the jobs that must pause.
 
     A test delivery (``tests``, run kind ``test``) is outside the streak: it
