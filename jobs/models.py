@@ -127,7 +127,10 @@ class Job(models.Model):
     # Who paused it, by channel: "system" is an automatic pause (410 Gone, a
     # failure streak), which the admin labels apart from an owner's. Empty
     # while active.
-    paused_by = models.CharField(max_length=10, choices=Channel.choices, blank=True, default="")
+    # (db_default: the bulk create's INSERT names its columns, this one not.)
+    paused_by = models.CharField(
+        max_length=10, choices=Channel.choices, blank=True, default="", db_default=""
+    )
     resume_at = models.DateTimeField(null=True, blank=True)
     consecutive_failures = models.PositiveIntegerField(default=0)
     next_fire_at = models.DateTimeField(null=True, blank=True)

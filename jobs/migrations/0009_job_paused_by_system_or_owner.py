@@ -29,6 +29,7 @@ class Migration(migrations.Migration):
                 blank=True,
                 choices=[("admin", "Admin"), ("api", "API"), ("system", "System")],
                 default="",
+                db_default="",
                 max_length=10,
             ),
         ),
