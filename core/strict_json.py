@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterator
 
 # Depth of arrays and objects, counting the outermost value itself. Generous
@@ -179,3 +180,31 @@ def dumps(value: object) -> str:
 
 def _scalar(value: object) -> str:
     return json.dumps(value, ensure_ascii=False)
+
+
+# How much deeper than Python's recursion limit ``loads_stored`` reads: far
+# more than any payload stored before the depth rule (the admin then read
+# payloads with plain json.loads, which stops near 1,000 levels), and little
+# enough for the C stack of any thread.
+STORED_EXTRA_DEPTH = 5_000
+
+
+def loads_stored(text: str) -> object:
+    """A JSON text read back from the database, at any depth it was stored in.
+
+    Values stored since the depth rule are shallow, and read by plain
+    ``json.loads``. One stored before it may be nested deeper than Python's
+    recursion limit leaves room for, from whatever stack depth the caller
+    reads it at: it is read again with the limit raised for the call, so that
+    its job's pages still open (and show it, through ``dumps``).
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        pass
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit + STORED_EXTRA_DEPTH)
+    try:
+        return json.loads(text)
+    finally:
+        sys.setrecursionlimit(limit)

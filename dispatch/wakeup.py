@@ -59,6 +59,7 @@ RECONNECT_MAX = 10.0
 # A LISTEN connection only reads, so a network path that dies silently would
 # go unnoticed: TCP keepalives close it within about a minute (TCP only; a
 # Unix socket cannot drop that way). Until then the safety poll still runs.
+# Keepalive settings in the database URL take precedence over these.
 KEEPALIVES = {
     "keepalives": 1,
     "keepalives_idle": 30,
@@ -80,12 +81,13 @@ def _listen_database() -> BaseDatabaseWrapper:
 
 def listen_conninfo(application_name: str) -> dict:
     """The LISTEN database's libpq parameters (not Django's own options, such
-    as the cursor factory), for a separate connection; and psycopg's
-    ``prepare_threshold`` as Django sets it (None: nothing is prepared)."""
+    as the cursor factory), for a separate connection, with TCP keepalives
+    unless the URL sets its own; and psycopg's ``prepare_threshold`` as
+    Django sets it (None: nothing is prepared)."""
     known = {option.keyword.decode() for option in psycopg.pq.Conninfo.get_defaults()}
     known.add("prepare_threshold")
     params = {k: v for k, v in _listen_database().get_connection_params().items() if k in known}
-    return {**params, **KEEPALIVES, "application_name": application_name[:63]}
+    return {**KEEPALIVES, **params, "application_name": application_name[:63]}
 
 
 class Wakeup:

@@ -18,6 +18,13 @@ Four loops share the state:
   fenced statement (runs/outcomes.py);
 - heartbeat: every lease/3 seconds, extend every held lease in one statement.
   A lease reported lost cancels its delivery: someone else owns the run now.
+  A lease this worker could not extend (the database is unreachable: a
+  network partition, an outage) lapses by the worker's own clock, a little
+  before the database's, and its delivery still in flight is abandoned then:
+  once the lease has expired another worker may take the run over, and the
+  two must not deliver it at the same time. A delivery that had already
+  finished keeps its result, which is written when the database answers
+  again, and is dropped there if the run was taken over meanwhile (fencing).
 
 On SIGTERM the worker stops claiming and gives the deliveries in flight
 ``drain_seconds`` (default: the lease length) to finish. Those still in flight
@@ -66,6 +73,9 @@ POLL_INTERVAL = 0.1
 DB_RETRY_EVERY = 1.0
 BEAT_EVERY = 2.0
 MAX_CLAIM = 200
+# At most this many seconds before the database's expiry, a lease this worker
+# could not extend is given up by its own clock (Worker._renewed).
+LAPSE_MARGIN = 1.0
 
 
 def _not_attempted(outcome: Outcome, error: str) -> webhooks.DeliveryResult:
@@ -120,6 +130,8 @@ def decide(
 class _Held:
     claimed: leases.Claimed
     task: asyncio.Task | None = None
+    # When the lease lapses by this worker's clock, unless renewed (_renewed).
+    lapse: asyncio.TimerHandle | None = None
 
 
 class Worker:
@@ -136,6 +148,9 @@ class Worker:
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
         self.drain_seconds = lease_seconds if drain_seconds is None else drain_seconds
+        # How much earlier than the database this worker gives a lease up: room
+        # for a late timer on a busy event loop (see _renewed).
+        self.lapse_margin = min(LAPSE_MARGIN, lease_seconds / 10)
         self.registration = fleet.Registration("worker", name)
         self.name = self.registration.name
         self.allow_private = (
@@ -256,6 +271,7 @@ class Worker:
                 await self._sleep(self.poll_interval)
                 continue
             limit = min(free, MAX_CLAIM)
+            sent = asyncio.get_running_loop().time()
             try:
                 claimed = await self._db(
                     leases.claim, self.name, limit=limit, lease_seconds=self.lease_seconds
@@ -270,24 +286,67 @@ class Worker:
                 await self._sleep(DB_RETRY_EVERY)
                 continue
             for c in claimed:
-                self._take(c)
+                self._take(c, sent)
             if len(claimed) < limit:
                 await self._wakeup.wait(self._db)
 
-    def _take(self, c: leases.Claimed) -> None:
-        """Start delivering a claimed run.
+    def _take(self, c: leases.Claimed, sent: float) -> None:
+        """Start delivering a run claimed by a claim sent at ``sent`` (event
+        loop time).
 
         A run this worker already held at the previous attempt was taken over
         by its own claim (the lease expired first): that older attempt is
         stale, its result would be dropped, so its delivery is cancelled.
         """
-        older = self.held.pop((c.run_id, c.attempt - 1), None)
+        older = self._forget((c.run_id, c.attempt - 1))
         if older is not None and older.task and not older.task.done():
             older.task.cancel()
         self.in_flight += 1
         held = _Held(c)
         self.held[(c.run_id, c.attempt)] = held
         held.task = asyncio.create_task(self._deliver(c))
+        self._renewed((c.run_id, c.attempt), sent)
+
+    def _forget(self, key: tuple[uuid.UUID, int]) -> _Held | None:
+        """Stop holding the run ``key`` (and stop its lapse timer)."""
+        held = self.held.pop(key, None)
+        if held is not None and held.lapse is not None:
+            held.lapse.cancel()
+        return held
+
+    def _renewed(self, key: tuple[uuid.UUID, int], sent: float) -> None:
+        """The database set the lease of ``key`` to its own now + the lease,
+        by a statement sent at ``sent`` (event loop time). Its now came after
+        ``sent``, so by this worker's clock the lease runs at least until
+        ``sent`` + the lease: the lapse timer is set for then, less the margin."""
+        held = self.held.get(key)
+        if held is None:
+            return
+        if held.lapse is not None:
+            held.lapse.cancel()
+        when = sent + self.lease_seconds - self.lapse_margin
+        held.lapse = asyncio.get_running_loop().call_at(when, self._lapse, key)
+
+    def _lapse(self, key: tuple[uuid.UUID, int]) -> None:
+        """No heartbeat renewed the lease of ``key`` in time (the database did
+        not answer): from its expiry on, another worker may claim the run and
+        deliver it, so a delivery still in flight is abandoned now. A finished
+        one stays held: its result is written when the database answers, and
+        applied if nobody took the run over (README "What it guarantees")."""
+        held = self.held.get(key)
+        if held is None or held.task is None or held.task.done():
+            return
+        self._forget(key)
+        log.warning(
+            "lease lapsed: the database did not answer; delivery abandoned",
+            extra={
+                "run_id": str(key[0]),
+                "job_id": str(held.claimed.job_id),
+                "attempt": key[1],
+                "lease_seconds": self.lease_seconds,
+            },
+        )
+        held.task.cancel()
 
     async def _sleep(self, seconds: float) -> None:
         assert self._wake is not None  # set by run() before the loops start
@@ -316,7 +375,7 @@ class Worker:
             await asyncio.sleep(DB_RETRY_EVERY)
             return 0
         for r in batch:
-            self.held.pop((r.run_id, r.attempt), None)
+            self._forget((r.run_id, r.attempt))
         self.delivered += len(done.applied)
         self._wakeup.completed(batch)
         return len(batch)
@@ -372,10 +431,14 @@ class Worker:
         if not pairs:
             return
         scheduled = [self.held[p].claimed.scheduled_at for p in pairs]
+        sent = asyncio.get_running_loop().time()
         kept = await self._db(leases.heartbeat, self.name, pairs, scheduled=scheduled)
         for run_id, attempt in pairs:
-            if run_id not in kept and (run_id, attempt) in self.held:
-                lost = self.held.pop((run_id, attempt))
+            if run_id in kept:
+                self._renewed((run_id, attempt), sent)
+                continue
+            lost = self._forget((run_id, attempt))
+            if lost is not None:
                 log.warning(
                     "lease lost",
                     extra={

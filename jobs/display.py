@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import zoneinfo
 
 from cron_descriptor import ExpressionDescriptor, Options
 
@@ -106,3 +107,25 @@ def missed_text(job) -> str:
         return ""
     since = f"{job.missed_since:%Y-%m-%d %H:%M} UTC" if job.missed_since else "?"
     return f"missed since {since}: {job.missed_count:,}"
+
+
+def moment(when: dt.datetime, zone: str, now: dt.datetime) -> str:
+    """``12:10:00 UTC (13:10 Europe/Paris, in 3 min)``: a time on a job's page.
+
+    UTC first, since runs and logs are in UTC; the job's own zone beside it,
+    since that is the zone its schedule is read in; then how far from ``now``
+    (the database clock). The date is shown only when it is not today's (UTC).
+    A zone this host cannot read (the system pauses such a job) is left out.
+    """
+    utc = when.astimezone(dt.UTC)
+    dated = utc.date() != now.astimezone(dt.UTC).date()
+    text = f"{utc:%Y-%m-%d %H:%M:%S}" if dated else f"{utc:%H:%M:%S}"
+    around = [relative(when, now)]
+    try:
+        local = when.astimezone(zoneinfo.ZoneInfo(zone))
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        zone = "UTC"
+    if zone != "UTC":
+        local_format = "%Y-%m-%d %H:%M" if dated or local.date() != utc.date() else "%H:%M"
+        around.insert(0, f"{local:{local_format}} {zone}")
+    return f"{text} UTC ({', '.join(around)})"

@@ -11,13 +11,14 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import zoneinfo
 from typing import TYPE_CHECKING
 
 from django import forms
 from django.conf import settings
 from django.core.validators import MaxLengthValidator, ProhibitNullCharactersValidator
 from django.forms.fields import InvalidJSONInput
-from django.utils import timezone
+from django.utils import dateparse, timezone
 from django.utils.html import format_html, format_html_join
 
 from core import strict_json
@@ -68,6 +69,8 @@ class PayloadField(forms.JSONField):
     def prepare_value(self, value):
         if isinstance(value, InvalidJSONInput):
             return value
+        if value is None:  # a new job's box: the empty payload, not "null"
+            value = {}
         return strict_json.dumps(value)
 
     def has_changed(self, initial, data):
@@ -398,3 +401,102 @@ class JobForm(forms.ModelForm):
             refusal = quotas.new_jobs_refusal(owner, 1, limits)
             if refusal is not None:
                 raise forms.ValidationError(str(refusal))
+
+
+# The pause note's limit: the column's, which the API's pause body checks too.
+PAUSE_NOTE_MAX = Job._meta.get_field("pause_note").max_length
+PAUSE_TIME_HELP = "YYYY-MM-DD HH:MM, e.g. 2026-03-01 09:30."
+
+
+class PauseForm(forms.Form):
+    """The admin's pause: a note, and an optional time to resume by itself.
+
+    The resume time is typed as a wall-clock time in a zone the owner picks
+    (the job's own zone or UTC, named beside the box), so that nobody has to
+    work out an offset. Refused, with the reason next to the box: a time
+    that is not in the future (by the database clock ``now``), one that the
+    zone skips (a daylight-saving gap), one outside 1970 to 9000.
+    """
+
+    note = forms.CharField(
+        required=False,
+        max_length=PAUSE_NOTE_MAX,
+        strip=True,
+        label="Note",
+        help_text="Why it is paused; shown on the job's page and in the list.",
+        widget=forms.TextInput(attrs={"class": "vTextField", "size": 60}),
+    )
+    resume_at = forms.CharField(
+        required=False,
+        strip=True,
+        max_length=40,
+        label="Resume at (optional)",
+        help_text=f"{PAUSE_TIME_HELP} Empty: paused until someone resumes it.",
+        widget=forms.TextInput(attrs={"placeholder": "YYYY-MM-DD HH:MM"}),
+    )
+    zone = forms.ChoiceField(label="Resume time is in", required=False)
+
+    def __init__(self, *args, zones: list[str], now: dt.datetime, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.now = now
+        choices = [(zone, f"{zone} (the job's time zone)") for zone in zones if _readable(zone)]
+        zone_field = self.fields["zone"]
+        assert isinstance(zone_field, forms.ChoiceField)
+        zone_field.choices = [*choices, ("UTC", "UTC")]
+        zone_field.initial = choices[0][0] if len(choices) == 1 else "UTC"
+        for name in ("note", "resume_at"):
+            _speak_as_the_api(self.fields[name])
+
+    def clean(self) -> dict:
+        data = super().clean()
+        assert data is not None
+        text, zone = data.get("resume_at"), data.get("zone")
+        if not text:
+            data["resume_at"] = None
+        elif not zone:
+            self.add_error("zone", "Choose the time zone the resume time is in.")
+        else:
+            try:
+                data["resume_at"] = self._resume_time(text, zone)
+            except forms.ValidationError as exc:
+                self.add_error("resume_at", exc)
+        return data
+
+    def _resume_time(self, text: str, zone: str) -> dt.datetime:
+        """``text`` read in ``zone`` (an explicit UTC offset in it wins)."""
+        try:
+            parsed = dateparse.parse_datetime(text)
+        except ValueError:
+            parsed = None  # well-formed but impossible, e.g. month 13
+        if parsed is None:
+            raise forms.ValidationError(f"Not a date and time: {PAUSE_TIME_HELP}")
+        if parsed.utcoffset() is None:
+            parsed = _in_zone(parsed, zone)
+        reason = range_problem(parsed)
+        if reason:
+            raise forms.ValidationError(reason)
+        if parsed <= self.now:
+            raise forms.ValidationError(
+                f"Must be in the future: it is now {self.now:%Y-%m-%d %H:%M} UTC."
+            )
+        return parsed.astimezone(dt.UTC)
+
+
+def _readable(zone: str) -> bool:
+    """A zone other than UTC that this host can read (the system pauses a
+    job whose zone it cannot; its owner types the resume time in UTC)."""
+    try:
+        return schedules.validate_timezone(zone) != "UTC"
+    except schedules.ScheduleError:
+        return False
+
+
+def _in_zone(wall: dt.datetime, zone: str) -> dt.datetime:
+    """The wall-clock time ``wall`` in ``zone``; refused if the zone skips it
+    (the hour clocks jump over). A time that occurs twice is the first."""
+    aware = wall.replace(tzinfo=zoneinfo.ZoneInfo(zone))
+    if aware.astimezone(dt.UTC).astimezone(aware.tzinfo).replace(tzinfo=None) != wall:
+        raise forms.ValidationError(
+            f"{wall:%Y-%m-%d %H:%M} does not exist in {zone}: the clocks skip it."
+        )
+    return aware

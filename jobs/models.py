@@ -11,6 +11,7 @@ model's back.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from typing import Any
 
@@ -18,6 +19,7 @@ from django.conf import settings
 from django.db import models, transaction
 from django.db.models import F, Q
 
+from core import strict_json
 from core.db import db_now, insert_rows
 from jobs import changes, crypto, history
 from jobs.limits import MAX_LENGTHS, OWNER_LIMITS, RANGES
@@ -69,6 +71,23 @@ class JobQuerySet(models.QuerySet["Job"]):
         return self.filter(consecutive_failures__gt=0)
 
 
+class PayloadField(models.JSONField):
+    """A job's payload: read back at any depth (``strict_json.loads_stored``).
+
+    New payloads are at most a few levels deep (README "Input rules"); one
+    stored before that rule may be deeper than ``json.loads`` reads from a
+    deep stack, and its job's pages must still open.
+    """
+
+    def from_db_value(self, value, expression, connection):
+        if not isinstance(value, str):
+            return value  # None, or a key's value already read by the driver
+        try:
+            return strict_json.loads_stored(value)
+        except json.JSONDecodeError:
+            return value  # as Django's JSONField does
+
+
 class Job(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey(
@@ -90,7 +109,7 @@ class Job(models.Model):
         max_length=10, choices=TargetKind.choices, default=TargetKind.WEBHOOK
     )
     url = models.CharField(max_length=MAX_LENGTHS["url"], blank=True, default="")
-    payload = models.JSONField(default=dict, blank=True)
+    payload = PayloadField(default=dict, blank=True)
 
     timeout_seconds = models.PositiveIntegerField(
         default=30, validators=RANGES["timeout_seconds"].validators()

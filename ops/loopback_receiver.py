@@ -198,6 +198,7 @@ def make_app(log_path: str | None, lean: bool = False) -> web.Application:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--log", help="JSON-lines log of every request")
     parser.add_argument("--port-file", help="write the bound port here once listening")
@@ -213,7 +214,7 @@ def main() -> None:
             make_app(args.log, args.lean), access_log=None, handler_cancellation=True
         )
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", args.port, backlog=4096)
+        site = web.TCPSite(runner, args.host, args.port, backlog=4096)
         await site.start()
         port = runner.addresses[0][1]
         if args.port_file:

@@ -14,30 +14,34 @@ from __future__ import annotations
 
 import datetime as dt
 import statistics
+import uuid
 import zoneinfo
 from typing import cast
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.db.models import Subquery
 from django.http import HttpResponseRedirect
 from django.shortcuts import redirect
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from core.admin_base import BigTableAdmin, OwnerScopedAdmin
 from core.db import db_now
 from core.errors import LimitExceeded
 from jobs import changes, crypto, schedules
-from jobs.display import describe_schedule, missed_text, relative, short_duration
-from jobs.forms import JobForm
+from jobs.display import describe_schedule, missed_text, moment, relative, short_duration
+from jobs.forms import JobForm, PauseForm
 from jobs.models import Channel, Job, JobEvent, JobState
 from runs import job_verbs
 from runs.display import lag_text, outcome_strip, run_url, state_badge
+from runs.job_status import job_status
 from runs.models import Attempt, Run, RunState
 from runs.recent import recent_runs
 
@@ -62,6 +66,9 @@ JOB_FIELDS = frozenset(f.name for f in Job._meta.get_fields())
 # the page that shows it once; that page removes it. It is kept encrypted like
 # the stored one (jobs/crypto.py): sessions live in the database too.
 NEW_SECRETS_SESSION_KEY = "punctual.new_secrets"
+
+# A pause of selected jobs that are all gone (deleted meanwhile, or never the owner's).
+NONE_SELECTED = "None of the selected jobs exist now."
 
 VERIFY_SNIPPET = '''\
 # pip install standardwebhooks
@@ -90,6 +97,16 @@ def _now(obj: Job) -> dt.datetime:
         now = db_now()
         setattr(obj, "_admin_now", now)  # noqa: B010 - not a model attribute, so no obj._admin_now
     return now
+
+
+def _page_runs(obj: Job) -> list[Run]:
+    """The job's newest runs, read once per page: the status header's strip
+    and the run history below share them."""
+    runs: list[Run] | None = getattr(obj, "_admin_runs", None)
+    if runs is None:
+        runs = recent_runs([obj.pk], PAGE_STRIP_RUNS).get(obj.pk, [])
+        setattr(obj, "_admin_runs", runs)  # noqa: B010 - not a model attribute
+    return runs
 
 
 def _stash_secret(request, job: Job, secret: str) -> None:
@@ -321,6 +338,13 @@ class JobAdmin(OwnerScopedAdmin):
             for risk in self._risks(obj, _now(obj)):
                 self.message_user(request, risk, messages.WARNING)
 
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        # The form's own copy of the job: the fields below it read the same
+        # runs and clock, at no second query.
+        if obj is not None and change:
+            context["job_status"] = job_status(obj, _page_runs(obj), _now(obj), request.user)
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
     def response_add(self, request, obj, post_url_continue=None):
         # The new job's page, not the list: it shows the secret (once) and the
         # next fires.
@@ -528,7 +552,7 @@ class JobAdmin(OwnerScopedAdmin):
 
     @admin.display(description="recent runs")
     def run_history(self, obj: Job):
-        runs = recent_runs([obj.pk], PAGE_STRIP_RUNS).get(obj.pk, [])
+        runs = _page_runs(obj)
         all_runs = reverse("admin:runs_run_changelist") + f"?job__id__exact={obj.pk}"
         if not runs:
             return mark_safe('<span class="punctual-quiet">No runs yet.</span>')
@@ -644,12 +668,14 @@ class JobAdmin(OwnerScopedAdmin):
 
     # -- actions (list) and buttons (job page)
 
-    @admin.action(description="Pause selected jobs", permissions=["change"])
+    @admin.action(description="Pause selected jobs…", permissions=["change"])
     def pause_jobs(self, request, queryset):
-        done = [job for job in queryset if job.state == JobState.ACTIVE]
-        for job in done:
-            job_verbs.pause(job, actor=request.user, channel=Channel.ADMIN)
-        self._report(request, "Paused", done, queryset)
+        """Asks for a note and a resume time first (pause_selected_view acts)."""
+        jobs = list(queryset)
+        if not jobs:
+            self.message_user(request, NONE_SELECTED, messages.WARNING)
+            return None
+        return self._pause_page(request, jobs, self._pause_form(jobs), job_page=False)
 
     @admin.action(description="Resume selected jobs", permissions=["change"])
     def resume_jobs(self, request, queryset):
@@ -685,17 +711,23 @@ class JobAdmin(OwnerScopedAdmin):
         self.message_user(request, text + ".", messages.SUCCESS)
 
     def get_urls(self):
-        def view(name: str, func):
+        def view(name: str, func, methods=("POST",)):
             return path(
                 f"<path:object_id>/{name}/",
-                self.admin_site.admin_view(require_POST(func)),
+                self.admin_site.admin_view(require_http_methods(list(methods))(func)),
                 name=f"jobs_job_{name.replace('-', '_')}",
             )
 
         return [
-            view("rotate-secret", self.rotate_secret_view),
+            path(
+                "pause-selected/",
+                self.admin_site.admin_view(require_POST(self.pause_selected_view)),
+                name="jobs_job_pause_selected",
+            ),
+            # GET asks first (a confirmation page, a form); POST acts.
+            view("rotate-secret", self.rotate_secret_view, ("GET", "POST")),
             view("test-delivery", self.test_delivery_view),
-            view("pause", self.pause_view),
+            view("pause", self.pause_view, ("GET", "POST")),
             view("resume", self.resume_view),
             *super().get_urls(),
         ]
@@ -708,6 +740,8 @@ class JobAdmin(OwnerScopedAdmin):
 
     def rotate_secret_view(self, request, object_id):
         job = self._changeable(request, object_id)
+        if request.method == "GET":
+            return self._rotate_confirmation(request, job)
         try:
             secret = job.rotate_secret(actor=request.user, channel=Channel.ADMIN)
         except Job.DoesNotExist:
@@ -736,13 +770,111 @@ class JobAdmin(OwnerScopedAdmin):
         return HttpResponseRedirect(run_url(run.pk) + "?watch=1")
 
     def pause_view(self, request, object_id):
+        """The job page's "Pause…": a form (note, resume time), then the verb.
+        On a paused job it changes the note and the resume time."""
         job = self._changeable(request, object_id)
-        if job.state == JobState.ACTIVE:
-            cancelled = job_verbs.pause(job, actor=request.user, channel=Channel.ADMIN)
-            self.message_user(
-                request, f"Paused. {cancelled} waiting run(s) cancelled.", messages.SUCCESS
-            )
+        initial = {"note": job.pause_note}
+        if job.resume_at:
+            initial.update(resume_at=f"{job.resume_at:%Y-%m-%d %H:%M}", zone="UTC")
+        form = self._pause_form([job], request.POST if request.method == "POST" else None, initial)
+        if not form.is_valid():
+            return self._pause_page(request, [job], form, job_page=True)
+        was_paused = job.state == JobState.PAUSED
+        cancelled = job_verbs.pause(
+            job,
+            note=form.cleaned_data["note"],
+            resume_at=form.cleaned_data["resume_at"],
+            actor=request.user,
+            channel=Channel.ADMIN,
+        )
+        text = (
+            "The pause's note and resume time were saved."
+            if was_paused
+            else f"Paused. {cancelled} waiting run(s) cancelled."
+        )
+        self.message_user(request, text, messages.SUCCESS)
         return redirect("admin:jobs_job_change", job.pk)
+
+    def pause_selected_view(self, request):
+        """The list action's form, posted: pause each selected active job."""
+        ids = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+        try:
+            selected = [uuid.UUID(value) for value in ids]
+        except ValueError:
+            return self._pause_refused(request, "The selection holds something that is not an id.")
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        jobs = list(self.get_queryset(request).filter(pk__in=selected))
+        if not jobs:
+            self.message_user(request, NONE_SELECTED, messages.WARNING)
+            return redirect("admin:jobs_job_changelist")
+        form = self._pause_form(jobs, request.POST)
+        if not form.is_valid():
+            return self._pause_page(request, jobs, form, job_page=False)
+        done = [job for job in jobs if job.state == JobState.ACTIVE]
+        for job in done:
+            job_verbs.pause(
+                job,
+                note=form.cleaned_data["note"],
+                resume_at=form.cleaned_data["resume_at"],
+                actor=request.user,
+                channel=Channel.ADMIN,
+            )
+        self._report(request, "Paused", done, jobs)
+        return redirect("admin:jobs_job_changelist")
+
+    def _pause_form(self, jobs: list[Job], data=None, initial=None) -> PauseForm:
+        zones = sorted({job.timezone for job in jobs})
+        return PauseForm(data, initial=initial, zones=zones, now=db_now())
+
+    def _pause_page(
+        self, request, jobs: list[Job], form: PauseForm, *, job_page: bool
+    ) -> TemplateResponse:
+        """The pause form, for one job (from its page) or for the jobs
+        selected in the list; 400 when it comes back with errors."""
+        job = jobs[0]
+        if not job_page:
+            title = "Pause the selected jobs"
+        elif job.state == JobState.PAUSED:
+            title = f"Change the pause of “{job}”"
+        else:
+            title = f"Pause “{job}”"
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": title,
+            "form": form,
+            "active": [job for job in jobs if job.state == JobState.ACTIVE],
+            "paused": [job for job in jobs if job.state == JobState.PAUSED],
+            "original": job if job_page else None,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        status = 400 if form.is_bound else 200
+        return TemplateResponse(request, "admin/jobs/job/pause.html", context, status=status)
+
+    def _pause_refused(self, request, problem: str) -> TemplateResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Jobs: this pause cannot be made",
+            "problem": problem,
+        }
+        return TemplateResponse(request, "admin/punctual/refused.html", context, status=400)
+
+    def _rotate_confirmation(self, request, job: Job) -> TemplateResponse:
+        """What a rotation does, and a button that makes it."""
+        now = _now(job)
+        until = job.previous_secret_until
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Rotate the secret of “{job}”?",
+            "original": job,
+            # A rotation within the last 24 hours: rotating again ends the
+            # overlap of the secret before the current one.
+            "overlap_ends": moment(until, job.timezone, now) if until and until > now else "",
+        }
+        return TemplateResponse(request, "admin/jobs/job/rotate_secret.html", context)
 
     def resume_view(self, request, object_id):
         job = self._changeable(request, object_id)

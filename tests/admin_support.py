@@ -12,6 +12,8 @@ from django.contrib.auth.models import Group, Permission
 
 from core.db import db_now
 from dispatch.models import ProcessHeartbeat, ProcessKind
+from dispatch.worker import Worker
+from runs import job_verbs
 from runs.models import Attempt, Run
 
 OWNERS_GROUP = "Job owners"
@@ -64,6 +66,15 @@ def add_attempt(run: Run, *, number: int = 1, outcome: str = "succeeded", **fiel
     fields.setdefault("duration_ms", 1000)
     fields.setdefault("worker", "worker-test")
     return Attempt.objects.create(run=run, number=number, outcome=outcome, **fields)
+
+
+def deliver(job, times: int = 1) -> None:
+    """Manual runs of ``job``, one after the other, each delivered to its URL
+    by the worker's own code (``Worker.run_once``): the runs, attempts,
+    failure streak and automatic pause are what a live worker would write."""
+    for _ in range(times):
+        job_verbs.trigger(job)
+        assert Worker(concurrency=1, lease_seconds=5, allow_private=True).run_once() == 1
 
 
 def beat(kind: str = ProcessKind.DISPATCHER, *, ago: float = 0.0, name: str | None = None):

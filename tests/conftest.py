@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,3 +41,21 @@ def owner(django_user_model):
 @pytest.fixture
 def other_owner(django_user_model):
     return django_user_model.objects.create_user("bob", password="pw-bob-123", is_staff=True)
+
+
+@pytest.fixture
+def receiver_url(tmp_path):
+    """The loopback receiver (ops/loopback_receiver.py) in its own process:
+    ``receiver_url("status/500")`` is a URL that answers 500."""
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ops.loopback_receiver", "--port-file", str(port_file)],
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    deadline = time.monotonic() + 30
+    while not port_file.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "receiver did not start"
+        time.sleep(0.05)
+    yield lambda path: f"http://127.0.0.1:{port_file.read_text()}/{path}"
+    proc.terminate()
+    proc.wait(timeout=10)

@@ -89,11 +89,17 @@ def test_owner_pauses_and_resumes_a_job_with_the_list_actions(page):
         page.click_and_wait(page.find("button[name=index]"))
         page.wait(EC.text_to_be_present_in_element((By.CSS_SELECTOR, ".messagelist"), message))
 
-    act("pause_jobs", "Paused 1 job.")
+    page.open("/admin/jobs/job/")
+    page.find(f"input[name=_selected_action][value='{job.pk}']").click()
+    Select(page.find("select[name=action]")).select_by_value("pause_jobs")
+    page.click_and_wait(page.find("button[name=index]"))
+    page.find("#id_note").send_keys("billing migration")  # the pause asks for a note first
+    page.click_and_wait(page.find("#confirm-pause"))
+    page.wait(EC.text_to_be_present_in_element((By.CSS_SELECTOR, ".messagelist"), "Paused 1 job."))
     row = page.find(f"input[value='{job.pk}']").find_element(By.XPATH, "./ancestor::tr")
     assert "Paused" in row.text
     job.refresh_from_db()
-    assert job.state == "paused"
+    assert (job.state, job.pause_note) == ("paused", "billing migration")
 
     act("resume_jobs", "Resumed 1 job.")
     job.refresh_from_db()

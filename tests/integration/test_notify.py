@@ -11,11 +11,12 @@ import pytest
 from django.db import connection, transaction
 
 from dispatch.dispatcher import Dispatcher
-from dispatch.wakeup import listen_conninfo
+from dispatch.wakeup import KEEPALIVES, listen_conninfo
 from jobs.schedules import jitter_offset
 from runs import job_verbs, leases, outcomes
 from runs.models import Run
 from runs.notify import CHANNEL
+from scheduler_site.database_url import database_settings
 from tests.factories import at, make_job, rewrite_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -138,3 +139,12 @@ def test_retries_due_now_releases_and_operator_retries_notify(owner, heard):
     failed = Run.objects.get(state="failed")
     failed.retry()
     assert heard() == ["retry"]
+
+
+def test_the_listen_connection_takes_keepalives_from_the_url_before_its_own(settings):
+    url = "postgres://u@db.internal:5432/p?keepalives_idle=2&tcp_user_timeout=3000"
+    settings.PUNCTUAL_LISTEN_DATABASE = database_settings(url)
+    params = listen_conninfo("punctual-test-listener")
+    assert params["keepalives_idle"] == 2  # the URL's, not KEEPALIVES' 30
+    assert params["tcp_user_timeout"] == 3000
+    assert params["keepalives_count"] == KEEPALIVES["keepalives_count"]  # not in the URL

@@ -3,10 +3,6 @@ loopback receiver."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-
 import pytest
 from django.test import override_settings
 
@@ -14,24 +10,6 @@ from dispatch.worker import Worker
 from runs import job_verbs
 from runs.models import Run
 from tests.factories import make_job
-
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def receiver_url(tmp_path):
-    port_file = tmp_path / "port"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ops.loopback_receiver", "--port-file", str(port_file)],
-        cwd=ROOT,
-    )
-    deadline = time.monotonic() + 30
-    while not port_file.exists():
-        assert time.monotonic() < deadline and proc.poll() is None, "receiver did not start"
-        time.sleep(0.05)
-    yield lambda path: f"http://127.0.0.1:{port_file.read_text()}/{path}"
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 @pytest.mark.django_db

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -70,10 +71,18 @@ class Processes:
         self.tmp_path = tmp_path
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, *args: str, env: dict | None = None, name: str = "proc") -> subprocess.Popen:
+    def start(
+        self,
+        *args: str,
+        env: dict | None = None,
+        name: str = "proc",
+        wrapper: Sequence[str] = (),
+    ) -> subprocess.Popen:
+        """``python *args``, run through ``wrapper`` when given (a command
+        that execs the rest, such as ``ip netns exec <namespace>``)."""
         log = open(self.tmp_path / f"{name}-{len(self.procs)}.log", "w")  # noqa: SIM115
         proc = subprocess.Popen(
-            [sys.executable, *args],
+            [*wrapper, sys.executable, *args],
             cwd=ROOT,
             env=env or process_env(),
             stdout=log,
@@ -90,8 +99,14 @@ class Processes:
         proc.log_path = str(log_path)
         self.procs.append(proc)
 
-    def manage(self, *args: str, env: dict | None = None, name: str | None = None):
-        return self.start("manage.py", *args, env=env, name=name or args[0])
+    def manage(
+        self,
+        *args: str,
+        env: dict | None = None,
+        name: str | None = None,
+        wrapper: Sequence[str] = (),
+    ):
+        return self.start("manage.py", *args, env=env, name=name or args[0], wrapper=wrapper)
 
     def stop(self, proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
         if proc.poll() is None:

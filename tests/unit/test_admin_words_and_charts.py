@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from jobs.display import describe_interval, describe_schedule, relative, short_duration
+from jobs.display import describe_interval, describe_schedule, moment, relative, short_duration
 from ops import charts
 
 
@@ -68,6 +68,25 @@ def test_relative_times_against_a_given_now():
     assert relative(now + dt.timedelta(minutes=3), now) == "in 3 min"
     assert relative(now - dt.timedelta(seconds=40), now) == "40 s ago"
     assert relative(now, now) == "now"
+
+
+@pytest.mark.parametrize(
+    ("when", "zone", "text"),
+    [
+        ("2026-03-01T12:10:00", "Europe/Paris", "12:10:00 UTC (13:10 Europe/Paris, in 3 min)"),
+        ("2026-03-01T12:10:00", "UTC", "12:10:00 UTC (in 3 min)"),
+        ("2026-03-02T12:07:00", "UTC", "2026-03-02 12:07:00 UTC (in 1 d)"),
+        (
+            "2026-03-01T23:30:00",
+            "Asia/Tokyo",
+            "23:30:00 UTC (2026-03-02 08:30 Asia/Tokyo, in 11 h 23 min)",
+        ),
+        ("2026-03-01T12:10:00", "Nowhere/Atlantis", "12:10:00 UTC (in 3 min)"),
+    ],
+)
+def test_moments_read_in_utc_then_the_jobs_zone_then_from_now(when, zone, text):
+    now = dt.datetime(2026, 3, 1, 12, 7, tzinfo=dt.UTC)
+    assert moment(dt.datetime.fromisoformat(when).replace(tzinfo=dt.UTC), zone, now) == text
 
 
 @pytest.mark.parametrize(

@@ -223,9 +223,16 @@ def test_rotating_the_secret_shows_the_new_one_once(ann, ann_client):
     assert JobEvent.objects.filter(job=job, action="secret_rotated", channel="admin").exists()
 
 
-def test_rotate_and_test_delivery_need_a_post(ann, ann_client):
+def test_rotate_asks_first_and_test_delivery_needs_a_post(ann, ann_client):
     job = make_job(ann)
-    assert ann_client.get(reverse("admin:jobs_job_rotate_secret", args=[job.pk])).status_code == 405
+    secret = job.secret_encrypted
+    confirm = ann_client.get(reverse("admin:jobs_job_rotate_secret", args=[job.pk]))
+    assert confirm.status_code == 200
+    page = confirm.content.decode()
+    assert 'id="rotate-form"' in page and "Yes, rotate" in page and "whsec_" not in page
+    job.refresh_from_db()
+    assert (job.secret_encrypted, job.version) == (secret, 1)
+    assert not JobEvent.objects.filter(job=job, action="secret_rotated").exists()
     assert ann_client.get(reverse("admin:jobs_job_test_delivery", args=[job.pk])).status_code == 405
 
 
@@ -309,3 +316,10 @@ def test_a_superuser_sees_an_existing_jobs_owner_but_cannot_change_it(root_clien
     assert "ann" in page
     add_page = root_client.get(reverse("admin:jobs_job_add")).content.decode()
     assert 'name="owner"' in add_page
+
+
+def test_a_new_jobs_payload_box_holds_the_empty_object(ann_client):
+    """Not "null", which the form would refuse as not an object when saved as is."""
+    page = ann_client.get(reverse("admin:jobs_job_add")).content.decode()
+    box = re.search(r"<textarea name=\"payload\"[^>]*>([^<]*)</textarea>", page)
+    assert box is not None and box.group(1).strip() == "{}", box

@@ -89,11 +89,23 @@ def act(client, action: str, *jobs: Job):
     )
 
 
+def pause_selected(client, *jobs: Job, **fields):
+    """The list's pause action: its form first, then the form posted."""
+    form = act(client, "pause_jobs", *jobs)
+    assert 'id="pause-form"' in form.content.decode()
+    data = {"_selected_action": [str(j.pk) for j in jobs], "note": "", "resume_at": "", **fields}
+    return client.post(reverse("admin:jobs_job_pause_selected"), data, follow=True)
+
+
 def test_pause_and_resume_actions_call_the_domain_verbs_through_the_admin_channel(ann, ann_client):
     job = make_job(ann)
     waiting = make_run(job, state="pending", ago=1)
 
-    act(ann_client, "pause_jobs", job)
+    form = act(ann_client, "pause_jobs", job)
+    job.refresh_from_db()
+    assert job.state == "active"  # the action asks first
+    assert "Pause the selected jobs" in form.content.decode()
+    pause_selected(ann_client, job)
     job.refresh_from_db()
     waiting.refresh_from_db()
     assert job.state == "paused" and job.next_fire_at is None
@@ -122,7 +134,7 @@ def test_trigger_now_makes_a_manual_run_per_job(ann, ann_client):
 def test_pausing_a_paused_job_again_changes_nothing(ann, ann_client):
     job = make_job(ann)
     job_verbs.pause(job, note="by hand")
-    response = act(ann_client, "pause_jobs", job)
+    response = pause_selected(ann_client, job, note="another note")
     job.refresh_from_db()
     assert job.pause_note == "by hand"
     assert "Paused 0 jobs (1 already paused)." in response.content.decode()

@@ -12,6 +12,7 @@ from django.urls import reverse
 
 from core.db import db_now
 from jobs import history
+from runs import job_verbs
 from runs.models import Run
 from tests.admin_support import beat, make_owner
 from tests.factories import make_job
@@ -169,3 +170,45 @@ def test_lists_read_indexes_not_tables_with_10_000_jobs_and_1_000_000_runs(clien
                 cur.execute("EXPLAIN " + sql)
                 plan = "\n".join(row[0] for row in cur.fetchall())
             assert "Seq Scan on runs_run" not in plan, plan
+
+
+def job_with_history(owner, runs: int, events: int, *, paused: bool):
+    """A job with ``runs`` runs (some failed) and ``events`` audit events."""
+    job = make_job(owner, timezone="Europe/Paris")
+    now = db_now()
+    Run.objects.bulk_create(
+        Run(
+            job=job,
+            scheduled_at=now - dt.timedelta(minutes=i + 1),
+            state=STATES[i % len(STATES)],
+            last_status_code=500 if STATES[i % len(STATES)] == "failed" else 200,
+            last_error="Internal Server Error" if STATES[i % len(STATES)] == "failed" else "",
+        )
+        for i in range(runs)
+    )
+    for _ in range(events):
+        job.record_event("triggered", actor=owner, channel="admin")
+    if paused:
+        job_verbs.pause(job, note="deploy", actor=owner, channel="admin")
+    return job
+
+
+@pytest.mark.parametrize("paused", [False, True])
+def test_a_job_page_costs_the_same_queries_for_a_short_history_as_for_a_long_one(client, paused):
+    """The status header, the run history, the audit events and the schedule
+    warnings read a bounded slice each, however long the job's history."""
+    beat()
+    owner = make_owner("pages")
+    client.force_login(owner)
+    short = job_with_history(owner, runs=3, events=2, paused=paused)
+    long = job_with_history(owner, runs=400, events=120, paused=paused)
+    url = "admin:jobs_job_change"
+    few = queries_for(client, reverse(url, args=[short.pk]))
+    many = queries_for(client, reverse(url, args=[long.pk]))
+    assert len(few) == len(many), "\n".join(many)
+    # Session, user, job (twice: the admin reads it twice), permissions (2),
+    # the runs (one read for the header's strip and the history below), the
+    # clock, the last failure's error text, the pause's event (paused only),
+    # the events, the banners' clock, heartbeat and backlog, the typical run time.
+    assert len(many) <= (15 if paused else 14), "\n".join(many)
+    assert not [q for q in many if "COUNT(" in q.upper()]

@@ -18,7 +18,7 @@ def mark_automatic_pauses(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("jobs", "0008_idempotency_secret_digests"),
+        ("jobs", "0009_job_payload_read_at_any_depth"),
     ]
 
     operations = [
