@@ -9,6 +9,7 @@ of Punctual accepts, with the error next to the field.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import zoneinfo
 from typing import TYPE_CHECKING
@@ -17,6 +18,7 @@ from django import forms
 from django.core.validators import MaxLengthValidator, ProhibitNullCharactersValidator
 from django.forms.fields import InvalidJSONInput
 from django.utils import dateparse, timezone
+from django.utils.html import format_html, format_html_join
 
 from core import strict_json
 from core.time_bounds import range_problem
@@ -96,9 +98,38 @@ def _speak_as_the_api(field: forms.Field) -> None:
     field.validators = validators
 
 
-def _zone_choices() -> list[tuple[str, str]]:
-    names = sorted(zoneinfo.available_timezones() - {"UTC", "localtime", "posixrules"})
-    return [("UTC", "UTC"), *((name, name) for name in names)]
+class ZoneInput(forms.TextInput):
+    """A text box for a zone name, with the tz database's canonical zones as
+    its suggestions (a ``<datalist>``: the browser filters it as you type).
+
+    Suggestions only: the field accepts any name ``validate_timezone`` knows,
+    so a job stored with a legacy alias (``US/Pacific``) keeps it through an
+    edit, exactly as the API would.
+    """
+
+    DATALIST_ID = "punctual-zones"
+
+    def __init__(self, attrs=None) -> None:
+        super().__init__(
+            {
+                "list": self.DATALIST_ID,
+                "autocomplete": "off",
+                "spellcheck": "false",
+                **(attrs or {}),
+            }
+        )
+
+    def render(self, name, value, attrs=None, renderer=None):
+        box = super().render(name, value, attrs, renderer)
+        return format_html('{}<datalist id="{}">{}</datalist>', box, self.DATALIST_ID, _zones())
+
+
+@functools.cache
+def _zones() -> str:
+    """The datalist's options, made once per process (about 450 zones)."""
+    return format_html_join(
+        "", '<option value="{}">', ((zone,) for zone in schedules.canonical_timezones())
+    )
 
 
 class JobForm(forms.ModelForm):
@@ -121,11 +152,14 @@ class JobForm(forms.ModelForm):
         help_text="Fires every this many seconds from start at (or creation). Leave empty "
         "for a cron schedule.",
     )
-    timezone = forms.ChoiceField(
-        choices=_zone_choices,
+    timezone = forms.CharField(
+        max_length=MAX_LENGTHS["timezone"],
+        strip=True,
         initial="UTC",
+        widget=ZoneInput(attrs={"class": "vTextField", "placeholder": "Europe/Berlin"}),
         label="Time zone",
-        help_text="The zone the cron is read in.",
+        help_text="The IANA zone the cron is read in (type to search: “Berlin”, “New_York”). "
+        "An interval is the same in every zone.",
     )
     timeout_seconds = forms.IntegerField(**RANGES["timeout_seconds"].bounds(), initial=30)
     max_attempts = forms.IntegerField(**RANGES["max_attempts"].bounds(), initial=3)
@@ -134,19 +168,35 @@ class JobForm(forms.ModelForm):
         initial=10,
         help_text="The base of exponential backoff with full jitter.",
     )
-    max_catchup = forms.IntegerField(**RANGES["max_catchup"].bounds(), initial=3)
+    max_catchup = forms.IntegerField(
+        **RANGES["max_catchup"].bounds(),
+        initial=3,
+        label="Max catch-up",
+        help_text="Under “Catch up”: how many of the most recent misfires run. Older ones "
+        "are recorded missed (“over catch-up cap”).",
+    )
     misfire_grace_seconds = forms.IntegerField(
-        **RANGES["misfire_grace_seconds"].bounds(), initial=60
+        **RANGES["misfire_grace_seconds"].bounds(),
+        initial=60,
+        label="Misfire grace (seconds)",
+        help_text="A fire reached at most this late (the dispatcher was down or busy) still "
+        "runs, late; a later one is a misfire, handled by the misfire policy.",
     )
     jitter_seconds = forms.IntegerField(
         **RANGES["jitter_seconds"].bounds(),
         initial=0,
-        help_text="Delays delivery by a stable per-job offset below this many seconds.",
+        label="Jitter (seconds)",
+        help_text="Delays every scheduled delivery by the same per-job offset, below this many "
+        "seconds, so that many jobs on one schedule do not hit their targets at once. 0: "
+        "none. Manual runs and test deliveries are not delayed.",
     )
     pause_after_failures = forms.IntegerField(
         required=False,
         **RANGES["pause_after_failures"].bounds(),
-        help_text="Pause the job after this many consecutive failed runs. Empty: never.",
+        help_text="Pause the job automatically after this many failed runs in a row (a run "
+        "fails once its attempts are used up); the list shows it as “Paused (auto)”. A "
+        "success resets the count, and so does resuming. Test deliveries do not count. "
+        "Empty: never pause.",
     )
 
     payload = PayloadField(
@@ -164,6 +214,21 @@ class JobForm(forms.ModelForm):
 
     class Meta:
         model = Job
+        labels = {"url": "URL"}
+        help_texts = {
+            "misfire_policy": (
+                "What happens to fires missed by more than the grace (the dispatcher was "
+                "down, the database unreachable). Skip: each is recorded as a missed run, "
+                "nothing is delivered. Catch up: the most recent ones (up to max catch-up) "
+                "run now, one after the other; older ones are recorded missed."
+            ),
+            "overlap_policy": (
+                "When a fire comes while a run of this job is still running or waiting. "
+                "Skip: the fire is recorded skipped. Queue one: it waits for the running "
+                "one (at most one waits; more are skipped). Allow side by side: it runs at "
+                "once, in parallel."
+            ),
+        }
         fields = [
             "name",
             "description",
@@ -199,11 +264,24 @@ class JobForm(forms.ModelForm):
                 "are refused unless PUNCTUAL_ALLOW_PRIVATE_TARGETS is set; in demo mode "
                 "loopback ones (127.0.0.1) are allowed."
             )
+        if "start_at" in self.fields:
+            zone = timezone.get_current_timezone_name()
+            self.fields["start_at"].help_text = (
+                f"Optional: no fire before this time. Read in {zone} (the admin's time zone), "
+                "not in the job's time zone. An interval counts from it (or from the job's "
+                "creation)."
+            )
         if "payload" in self.fields:
             self.fields["payload"].help_text = (
                 "A JSON object sent as data.payload in every delivery"
                 f" (at most {max_payload_bytes():,} bytes)."
             )
+
+    class Media:
+        # The live schedule preview and the policy rows that depend on each
+        # other (README "The admin").
+        js = ["punctual/job_form.js"]
+        css = {"all": ["punctual/job_form.css"]}
 
     # -- fields
 

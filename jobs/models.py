@@ -143,6 +143,13 @@ class Job(models.Model):
     state = models.CharField(max_length=10, choices=JobState.choices, default=JobState.ACTIVE)
     pause_note = models.CharField(max_length=500, blank=True, default="")
     paused_at = models.DateTimeField(null=True, blank=True)
+    # Who paused it, by channel: "system" is an automatic pause (410 Gone, a
+    # failure streak), which the admin labels apart from an owner's. Empty
+    # while active.
+    # (db_default: the bulk create's INSERT names its columns, this one not.)
+    paused_by = models.CharField(
+        max_length=10, choices=Channel.choices, blank=True, default="", db_default=""
+    )
     resume_at = models.DateTimeField(null=True, blank=True)
     consecutive_failures = models.PositiveIntegerField(default=0)
     next_fire_at = models.DateTimeField(null=True, blank=True)

@@ -62,7 +62,9 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from importlib import resources
 from itertools import islice
+from pathlib import Path
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
@@ -312,6 +314,42 @@ def _timezone_names() -> frozenset[str]:
     # change while the process runs. "localtime" is the host's zone, not an
     # IANA name, and its meaning would differ between machines.
     return frozenset(zoneinfo.available_timezones() - {"localtime", "posixrules"})
+
+
+@functools.cache
+def canonical_timezones() -> tuple[str, ...]:
+    """The zone names worth offering in a list: "UTC", then the tz database's
+    own zones in name order, without its links (legacy aliases such as
+    ``US/Pacific``, ``Europe/Kiev``) and without ``Factory``.
+
+    The database's source summary ``tzdata.zi`` says which names are zones
+    ("Z" lines) and which are links ("L" lines); the first one found, in the
+    system's zone directories then in the ``tzdata`` package, is read. Without
+    one, every known name is offered. Any known name stays valid
+    (``validate_timezone``): this is what to suggest, not what to accept.
+    """
+    known = _timezone_names()
+    summary = _tz_summary()
+    if summary is None:
+        return ("UTC", *sorted(known - {"UTC"}))
+    zones = {
+        line.split()[1]
+        for line in summary.splitlines()
+        if line.startswith("Z ") and len(line.split()) > 1
+    }
+    return ("UTC", *sorted((zones & known) - {"UTC", "Factory"}))
+
+
+def _tz_summary() -> str | None:
+    """The text of the tz database's ``tzdata.zi``, or None if none is found."""
+    for directory in zoneinfo.TZPATH:
+        path = Path(directory) / "tzdata.zi"
+        if path.is_file():
+            return path.read_text(encoding="utf-8")
+    try:
+        return (resources.files("tzdata") / "zoneinfo" / "tzdata.zi").read_text(encoding="utf-8")
+    except (ModuleNotFoundError, FileNotFoundError):
+        return None
 
 
 def validate_timezone(name: str) -> str:

@@ -42,7 +42,7 @@ from jobs.models import Channel, Job, JobEvent, JobState
 from runs import job_verbs
 from runs.display import lag_text, outcome_strip, run_url, state_badge
 from runs.job_status import job_status
-from runs.models import Attempt, Run
+from runs.models import Attempt, Run, RunState
 from runs.recent import recent_runs
 
 # Squares in the jobs list's strip, and on a job's page.
@@ -52,6 +52,12 @@ NEXT_FIRES = 10
 EVENTS_ON_PAGE = 20
 # Attempts whose durations make a job's "typical run time".
 TYPICAL_RUNS = 50
+# The runs the list's "last run" column may show: those that were attempted.
+EXECUTED_STATES = frozenset(
+    {RunState.RUNNING, RunState.RETRYING, RunState.SUCCEEDED, RunState.FAILED}
+)
+# Fires in the form's live preview (jobs/static/punctual/job_form.js).
+PREVIEW_FIRES = 5
 
 SCHEDULE_FIELDS = frozenset({"cron", "interval_seconds", "timezone", "start_at"})
 JOB_FIELDS = frozenset(f.name for f in Job._meta.get_fields())
@@ -181,6 +187,7 @@ class JobAdmin(OwnerScopedAdmin):
     list_per_page = 50
     actions = ["pause_jobs", "resume_jobs", "trigger_jobs"]
     readonly_fields = (
+        "schedule_preview",
         "schedule_text",
         "next_fires",
         "schedule_warnings",
@@ -230,7 +237,7 @@ class JobAdmin(OwnerScopedAdmin):
         first = ["name", "description", "expected_version"]
         if request.user.is_superuser:
             first.append("owner")
-        schedule = ["cron", "interval_seconds", "timezone", "start_at"]
+        schedule = ["cron", "interval_seconds", "timezone", "start_at", "schedule_preview"]
         target = ["target_kind", "url", "payload"]
         if obj is not None:
             schedule += ["schedule_text", "next_fires", "schedule_warnings"]
@@ -392,8 +399,9 @@ class JobAdmin(OwnerScopedAdmin):
     def state_column(self, obj: Job):
         if obj.state == JobState.PAUSED:
             return format_html(
-                '<span class="punctual-badge st-paused" title="{}">Paused</span>',
+                '<span class="punctual-badge st-paused" title="{}">{}</span>',
                 obj.pause_note or "paused",
+                "Paused (auto)" if obj.paused_by == Channel.SYSTEM else "Paused",
             )
         if obj.consecutive_failures:
             return format_html(
@@ -418,10 +426,14 @@ class JobAdmin(OwnerScopedAdmin):
 
     @admin.display(description="last run")
     def last_run(self, obj: Job):
-        runs = getattr(obj, "recent_runs", None)
-        if not runs:
-            return mark_safe('<span class="punctual-quiet">none yet</span>')
-        run = runs[0]
+        """The newest run that was attempted, among the strip's runs: a
+        skipped, cancelled, missed or still pending run says nothing about how
+        the job's deliveries go."""
+        runs = getattr(obj, "recent_runs", [])
+        run = next((r for r in runs if r.state in EXECUTED_STATES), None)
+        if run is None:
+            text = f"none in the last {len(runs)} runs" if runs else "none yet"
+            return format_html('<span class="punctual-quiet">{}</span>', text)
         return format_html(
             '<a href="{}">{}</a> <span class="punctual-quiet" title="lag">{}</span>',
             run_url(run.pk),
@@ -439,6 +451,28 @@ class JobAdmin(OwnerScopedAdmin):
         return outcome_strip(getattr(obj, "recent_runs", []))
 
     # -- read-only fields of the job page
+
+    @admin.display(description="preview")
+    def schedule_preview(self, obj: Job):
+        """The box the form's script fills as the schedule is typed
+        (jobs/static/punctual/job_form.js), from the API's schedule preview.
+        A new job's form previews at once; a job's page waits for an edit,
+        since its saved schedule's fires are shown below."""
+        adding = obj.pk is None or obj._state.adding
+        hint = (
+            "Enter a cron or an interval to preview the schedule."
+            if adding
+            else "Edit the schedule to preview it here before saving."
+        )
+        return format_html(
+            '<div id="schedule-preview" class="punctual-preview" aria-live="polite" '
+            'data-url="{}" data-count="{}" data-on-load="{}"><p class="punctual-quiet">{}</p>'
+            "</div>",
+            reverse("schedule-preview"),
+            PREVIEW_FIRES,
+            "true" if adding else "false",
+            hint,
+        )
 
     @admin.display(description="in words")
     def schedule_text(self, obj: Job) -> str:
@@ -658,10 +692,11 @@ class JobAdmin(OwnerScopedAdmin):
         done = [job for job in jobs if self._trigger(request, job) is not None]
         self._report(request, "Triggered", done, done)
 
-    def _trigger(self, request, job: Job) -> Run | None:
-        """A manual run of ``job``, or None with the refusal shown."""
+    def _trigger(self, request, job: Job, verb=job_verbs.trigger) -> Run | None:
+        """A manual run (or with ``verb``, a test delivery) of ``job``, or
+        None with the refusal shown."""
         try:
-            return job_verbs.trigger(job, actor=request.user, channel=Channel.ADMIN)
+            return verb(job, actor=request.user, channel=Channel.ADMIN)
         except LimitExceeded as exc:
             self.message_user(request, f"“{job}” was not triggered: {exc}", messages.ERROR)
         except Job.DoesNotExist:
@@ -723,12 +758,13 @@ class JobAdmin(OwnerScopedAdmin):
 
     def test_delivery_view(self, request, object_id):
         job = self._changeable(request, object_id)
-        run = self._trigger(request, job)
+        run = self._trigger(request, job, verb=job_verbs.send_test_delivery)
         if run is None:
             return redirect("admin:jobs_job_change", job.pk)
         self.message_user(
             request,
-            "Test delivery queued as a manual run. This page follows it until it finishes.",
+            "Test delivery queued: one attempt, which does not count towards the job's "
+            "failure streak. This page follows it until it finishes.",
             messages.SUCCESS,
         )
         return HttpResponseRedirect(run_url(run.pk) + "?watch=1")

@@ -452,6 +452,16 @@ class FiresSerializer(serializers.Serializer):
     warnings = warnings_field()
 
 
+class SchedulePreviewAnswerSerializer(FiresSerializer):
+    """The ad hoc preview's answer: what the admin's job form shows as you type."""
+
+    description = serializers.CharField(help_text="The schedule in words.")
+    local_fires = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The same fires in the schedule's time zone, with their UTC offset.",
+    )
+
+
 class JobEventSerializer(serializers.ModelSerializer):
     actor = serializers.CharField(source="actor.username", read_only=True, allow_null=True)
     changes = serializers.JSONField(read_only=True)

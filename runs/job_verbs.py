@@ -1,5 +1,5 @@
-"""The job verbs that create or cancel runs: pause, resume, trigger, backfill,
-soft_delete.
+"""The job verbs that create or cancel runs: pause, resume, trigger,
+send_test_delivery, backfill, soft_delete.
 
 They live on the runs side because jobs sits below runs: a job knows its
 schedule, its secrets and its own state, and nothing of runs. Each verb changes
@@ -52,6 +52,8 @@ PLANNING_FIELDS = SCHEDULE_FIELDS | {
 # The columns each verb writes, and so what its event may show changing.
 PAUSE_FIELDS = frozenset({"state", "pause_note", "paused_at", "resume_at", "next_fire_at"})
 RESUME_FIELDS = PAUSE_FIELDS | {"consecutive_failures"}
+# Written with them, and left out of their events (which name the channel).
+PAUSED_BY = "paused_by"
 DELETE_FIELDS = frozenset({"deleted_at", "next_fire_at"})
 
 
@@ -135,9 +137,10 @@ def _pause_locked(
         current.paused_at = now
     current.state = JobState.PAUSED
     current.pause_note = note
+    current.paused_by = channel
     current.resume_at = resume_at
     current.next_fire_at = None
-    current.save(update_fields=sorted(PAUSE_FIELDS))
+    current.save(update_fields=sorted(PAUSE_FIELDS | {PAUSED_BY}))
     history.record_spans([current.pk], now)
     if job is not None:
         job.refresh_from_db()
@@ -189,9 +192,10 @@ def resume(
     current.pause_note = ""
     current.resume_at = None
     current.paused_at = None
+    current.paused_by = ""
     current.next_fire_at = next_fire
     current.consecutive_failures = 0
-    current.save(update_fields=sorted(RESUME_FIELDS))
+    current.save(update_fields=sorted(RESUME_FIELDS | {PAUSED_BY}))
     history.record_spans([current.pk], now)
     job.refresh_from_db()
     plan["created"] = Run.objects.create_for_fires(job, catch_up_fires, kind=RunKind.CATCH_UP)
@@ -233,6 +237,54 @@ def trigger(
             return earlier
     else:
         run_id = identity.fire_id(job.pk, now)
+    return _hand_made_run(
+        job,
+        run_id,
+        now,
+        kind=RunKind.MANUAL,
+        max_attempts=job.max_attempts,
+        actor=actor,
+        channel=channel,
+        action="triggered",
+    )
+
+
+@transaction.atomic
+def send_test_delivery(job: Job, *, actor=None, channel: str = Channel.ADMIN) -> Run:
+    """A test delivery: a run of kind ``test``, made now, with one attempt.
+
+    It answers "does my target take this job's deliveries?" at once: no
+    retries, and its outcome neither adds to nor resets the job's failure
+    streak (runs/outcomes.py), so a test against a target that is down cannot
+    pause the job. It counts against the owner's triggers per minute, like a
+    manual run.
+    """
+    now = db_now()
+    return _hand_made_run(
+        job,
+        identity.fire_id(job.pk, now),
+        now,
+        kind=RunKind.TEST,
+        max_attempts=1,
+        actor=actor,
+        channel=channel,
+        action="test_delivery",
+    )
+
+
+def _hand_made_run(
+    job: Job,
+    run_id,
+    now: dt.datetime,
+    *,
+    kind: str,
+    max_attempts: int,
+    actor,
+    channel: str,
+    action: str,
+) -> Run:
+    """Insert a manual or test run at ``now``, within the owner's triggers
+    per minute, on the job's locked row, and record the event ``action``."""
     current = job.locked()
     if current is None:
         raise Job.DoesNotExist("The job was deleted.")
@@ -244,13 +296,13 @@ def trigger(
         job=job,
         scheduled_at=now,
         available_at=now,
-        kind=RunKind.MANUAL,
-        max_attempts=job.max_attempts,
+        kind=kind,
+        max_attempts=max_attempts,
         target_kind=job.target_kind,
         exclusive=job.overlap_policy != OverlapPolicy.ALLOW,
         owner_id=job.owner_id,
     )
-    job.record_event("triggered", actor=actor, channel=channel, changes={"run": str(run.pk)})
+    job.record_event(action, actor=actor, channel=channel, changes={"run": str(run.pk)})
     notify.runs_claimable("trigger")
     return run
 

@@ -14,6 +14,7 @@ under us nor have its advance overwritten by our save of a stale copy.
 from __future__ import annotations
 
 import datetime as dt
+import zoneinfo
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -40,6 +41,7 @@ from core.api_fields import EmptySerializer
 from core.db import db_now
 from core.paginators import ApiCursor
 from jobs import changes, crypto, idempotency, quotas
+from jobs.display import describe_schedule
 from jobs.models import Channel, Job, JobEvent
 from jobs.schedules import Schedule
 from jobs.targets import memo_resolver
@@ -56,6 +58,7 @@ from runs.job_serializers import (
     PreviewQuerySerializer,
     ResumedJobSerializer,
     ResumeSerializer,
+    SchedulePreviewAnswerSerializer,
     SchedulePreviewSerializer,
     ScheduleWarnings,
     SecretSerializer,
@@ -526,7 +529,7 @@ class SchedulePreviewView(ApiViewMixin, APIView):
     @extend_schema(
         summary="Check a schedule and list its next fires, without saving anything",
         request=SchedulePreviewSerializer,
-        responses={200: FiresSerializer},
+        responses={200: SchedulePreviewAnswerSerializer},
     )
     def post(self, request):
         now = db_now()
@@ -541,7 +544,15 @@ class SchedulePreviewView(ApiViewMixin, APIView):
             anchor=now,
         )
         fires = schedule.next_fires(data.get("after") or now, data["count"])
-        return fires_response(fires, ScheduleWarnings(now)(data["cron"], data["timezone"]))
+        answer = fires_response(fires, ScheduleWarnings(now)(data["cron"], data["timezone"]))
+        # The admin's live preview shows the fires in the job's zone, and the
+        # schedule in words.
+        zone = zoneinfo.ZoneInfo(data["timezone"])
+        answer.data["local_fires"] = [f.astimezone(zone).isoformat() for f in fires]
+        answer.data["description"] = describe_schedule(
+            data["cron"], data["interval_seconds"], data["timezone"]
+        )
+        return answer
 
 
 def fires_response(fires: list[dt.datetime], warnings: list[str]) -> Response:

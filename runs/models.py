@@ -60,6 +60,13 @@ class RunKind(models.TextChoices):
     CATCH_UP = "catch_up", "Catch-up"
     BACKFILL = "backfill", "Backfill"
     MANUAL = "manual", "Manual"
+    # The admin's "Send test delivery": one attempt, outside the failure streak.
+    TEST = "test", "Test delivery"
+
+
+# Runs made by hand (a trigger, a test delivery): they share the owner's
+# triggers per minute.
+HAND_MADE_KINDS = (RunKind.MANUAL, RunKind.TEST)
 
 
 class Reason:
@@ -103,13 +110,13 @@ class RunQuerySet(models.QuerySet["Run"]):
         return self.filter(job__owner=user)
 
     def manual_since(self, job_id, since: dt.datetime) -> list[dt.datetime]:
-        """When ``job_id``'s manual runs since ``since`` were made: a manual
-        run is scheduled at its trigger's time, so the (job, scheduled_at)
-        index and the day partitions find them."""
+        """When ``job_id``'s manual runs and test deliveries since ``since``
+        were made: such a run is scheduled at its trigger's time, so the (job,
+        scheduled_at) index and the day partitions find them."""
         return list(
-            self.filter(job_id=job_id, kind=RunKind.MANUAL, scheduled_at__gte=since).values_list(
-                "scheduled_at", flat=True
-            )
+            self.filter(
+                job_id=job_id, kind__in=HAND_MADE_KINDS, scheduled_at__gte=since
+            ).values_list("scheduled_at", flat=True)
         )
 
     def cancel_waiting(self, *, job_id, reason: str, now: dt.datetime) -> int:

@@ -110,7 +110,7 @@ COMPLETE = (
     WHERE r.id = w.id AND r.scheduled_at BETWEEN %(lo)s AND %(hi)s AND"""
     + LEASE_HELD.format(attempt="w.attempt")
     + """
-    RETURNING r.id, r.scheduled_at
+    RETURNING r.id, r.scheduled_at, r.kind
 """
 )
 
@@ -186,7 +186,7 @@ FAIL_EXHAUSTED = (
         lease_owner = '', lease_until = NULL, available_at = NULL,
         last_error = 'lease expired on the last attempt'
     FROM c WHERE r.id = c.id AND r.scheduled_at = c.scheduled_at
-    RETURNING r.id, r.job_id, r.attempt
+    RETURNING r.id, r.job_id, r.attempt, r.kind
 """
 )
 
@@ -270,7 +270,9 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
                     **window(r.scheduled_at for r in results),
                 },
             )
-            applied = {row["id"]: row["scheduled_at"] for row in cur.fetchall()}
+            rows = cur.fetchall()
+        applied = {row["id"]: row["scheduled_at"] for row in rows}
+        tests = _test_runs(rows)
         done.applied = [r.run_id for r in results if r.run_id in applied]
         done.stale = [r.run_id for r in results if r.run_id not in applied]
         if any(by_id[i].state == RETRYING and by_id[i].retry_in <= 0 for i in done.applied):
@@ -278,7 +280,7 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
             # (dispatch/wakeup.py) or the safety poll's.
             notify.runs_claimable("retry")
         _insert_attempts(owner, [by_id[i] for i in done.applied], applied, now)
-        done.pauses = _pause(_update_streaks([by_id[i] for i in done.applied]), now)
+        done.pauses = _pause(_update_streaks([by_id[i] for i in done.applied], tests), now)
         # Last in the transaction: the counter rows are shared by the workers
         # of one shard, so their row locks are held only until the commit.
         stats.record_deliveries([by_id[i] for i in done.applied])
@@ -315,19 +317,34 @@ def _insert_attempts(
         )
 
 
-def _update_streaks(results: list[Result]) -> list[tuple[uuid.UUID, str]]:
-    """Apply failure streaks per job; return the jobs that must pause."""
+def _test_runs(rows: list[dict]) -> set[uuid.UUID]:
+    """The test deliveries among the rows COMPLETE or FAIL_EXHAUSTED returned."""
+    from runs.models import RunKind
+
+    return {row["id"] for row in rows if row["kind"] == RunKind.TEST}
+
+
+def _update_streaks(results: list[Result], tests: set[uuid.UUID]) -> list[tuple[uuid.UUID, str]]:
+    """Apply failure streaks per job; return the jobs that must pause.
+
+    A test delivery (``tests``, run kind ``test``) is outside the streak: it
+    neither adds a failure nor resets the count, so testing a target that is
+    down never pauses the job. Its 410 Gone still pauses it (``pause_note``):
+    the receiver said it wants no more deliveries.
+    """
     streaks: dict[uuid.UUID, tuple[bool, int]] = {}
     pauses: list[tuple[uuid.UUID, str]] = []
     for r in results:
+        if r.pause_note:
+            pauses.append((r.job_id, r.pause_note))
+        if r.run_id in tests:
+            continue
         reset, failures = streaks.get(r.job_id, (False, 0))
         if r.state == SUCCEEDED:
             reset, failures = True, 0
         elif r.state == FAILED:
             failures += 1
         streaks[r.job_id] = (reset, failures)
-        if r.pause_note:
-            pauses.append((r.job_id, r.pause_note))
     changed = [(job_id, reset, n) for job_id, (reset, n) in streaks.items() if reset or n]
     if not changed:
         return pauses
@@ -374,7 +391,7 @@ def fail_exhausted(now: dt.datetime | None = None) -> int:
             Result(run_id=row["id"], job_id=row["job_id"], attempt=row["attempt"], state=FAILED)
             for row in rows
         ]
-        _pause(_update_streaks(failed), now or db_now())
+        _pause(_update_streaks(failed, _test_runs(rows)), now or db_now())
     return len(rows)
 
 

@@ -230,3 +230,33 @@ def test_pull_claims_only_the_callers_own_pull_jobs(owner, other_owner):
         "p1", limit=10, lease_seconds=5, target_kind="pull", job_owner_id=owner.pk, now=T0
     )
     assert [c.job_id for c in claimed] == [mine.pk]
+
+
+def test_test_deliveries_neither_add_to_nor_reset_the_failure_streak(owner):
+    job = make_job(owner, pause_after_failures=3, overlap_policy="allow")
+    Job.objects.filter(pk=job.pk).update(consecutive_failures=2)
+    failing, passing, lost = (
+        pending_run(job, T0 + k * S, kind="test", max_attempts=1) for k in range(3)
+    )
+    leases.claim("w1", limit=3, lease_seconds=5, now=T0 + 5 * S)
+    done = outcomes.complete(
+        "w1",
+        [result(failing, 1, "failed", reason="permanent error"), result(passing, 1)],
+        now=T0 + 6 * S,
+    )
+    assert done.pauses == []
+    # The third one's only attempt loses its lease: failed by the housekeeping.
+    assert outcomes.fail_exhausted(now=T0 + 20 * S) == 1
+    job.refresh_from_db()
+    assert (job.state, job.consecutive_failures) == ("active", 2)
+    assert Run.objects.get(pk=lost.pk).state == "failed"
+
+
+def test_a_test_delivery_answered_410_gone_still_pauses_the_job(owner):
+    job = make_job(owner)
+    run = pending_run(job, kind="test", max_attempts=1)
+    leases.claim("w1", limit=1, lease_seconds=5, now=T0)
+    done = outcomes.complete("w1", [result(run, 1, "failed", pause_note=GONE_NOTE)], now=T0 + S)
+    assert done.pauses == [(job.pk, GONE_NOTE)]
+    job.refresh_from_db()
+    assert (job.state, job.paused_by, job.consecutive_failures) == ("paused", "system", 0)

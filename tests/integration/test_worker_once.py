@@ -46,3 +46,32 @@ def test_the_receiver_s_answer_is_kept_as_the_response_and_a_success_has_no_erro
     assert (flaky.state, flaky.last_response) == ("retrying", "status")
     assert "503" in flaky.last_error
     assert list(flaky.attempts.values_list("response", flat=True)) == ["status"]
+
+
+def test_a_failing_test_delivery_makes_one_attempt_and_leaves_the_failure_streak(
+    owner, receiver_url
+):
+    job = make_job(owner, url=receiver_url("status/503"), max_attempts=5, pause_after_failures=1)
+    test = job_verbs.send_test_delivery(job, actor=owner)
+    assert Worker(concurrency=10, lease_seconds=5).run_once() == 1
+    test.refresh_from_db()
+    # One attempt: failed at once, not retrying with four attempts left.
+    assert (test.kind, test.state, test.attempt, test.last_status_code) == (
+        "test",
+        "failed",
+        1,
+        503,
+    )
+    job.refresh_from_db()
+    assert (job.state, job.consecutive_failures, job.pause_note) == ("active", 0, "")
+
+    # The same failure from a manual run counts, and pauses the job: the kind
+    # is what kept the test delivery out of the streak.
+    job.max_attempts = 1
+    job.save(update_fields=["max_attempts"])
+    manual = job_verbs.trigger(job)
+    assert Worker(concurrency=10, lease_seconds=5).run_once() == 1
+    manual.refresh_from_db()
+    job.refresh_from_db()
+    assert manual.state == "failed"
+    assert (job.state, job.paused_by, job.consecutive_failures) == ("paused", "system", 1)
