@@ -1288,14 +1288,14 @@ HISTORY_RUNS = """
     INSERT INTO {part} (
         id, job_id, scheduled_at, kind, state, reason, attempt, max_attempts,
         available_at, lease_owner, created_at, started_at, finished_at, lag_seconds,
-        last_status_code, last_error, target_kind, exclusive)
+        last_status_code, last_error, target_kind, exclusive, owner_id)
     SELECT gen_random_uuid(), (%(jobs)s::uuid[])[1 + g %% %(njobs)s], at, k.kind, s.state,
            CASE s.state WHEN 'missed' THEN 'past grace' WHEN 'skipped' THEN 'overlap'
                         WHEN 'cancelled' THEN 'paused' ELSE '' END,
            1, 3, NULL, '', at, at, at + interval '80 milliseconds',
            CASE WHEN g %% 97 = 0 THEN 12.5 ELSE 0.05 END,
            CASE s.state WHEN 'succeeded' THEN 200 WHEN 'failed' THEN 503 END,
-           CASE s.state WHEN 'failed' THEN 'HTTP 503' ELSE '' END, 'webhook', true
+           CASE s.state WHEN 'failed' THEN 'HTTP 503' ELSE '' END, 'webhook', true, %(owner)s
     FROM generate_series(0, %(n)s - 1) AS g,
          LATERAL (SELECT %(day)s::timestamptz + g * %(step)s::float8 * interval '1 microsecond'
                   AS at) AS t,
@@ -1353,6 +1353,7 @@ def fill_history(total: int, days: int = HISTORY_DAYS) -> dict:
                 {
                     "jobs": jobs,
                     "njobs": len(jobs),
+                    "owner": bench_owner().pk,
                     "n": count,
                     "day": lo,
                     "step": 86_400_000_000 // max(count, 1),

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from rest_framework.authtoken.models import Token
 
+from accounts import tokens
 from ops import bench
 from runs import job_verbs
 from runs.models import Attempt, Run
@@ -67,8 +67,10 @@ def pull_every_run(base: str, token: str, job) -> set[str]:
 
 
 def test_web_dispatcher_and_worker_work_through_pgbouncer_in_transaction_mode(
-    owner, processes, receiver, pgbouncer
+    owner, processes, receiver, pgbouncer, settings
 ):
+    # Twelve manual runs of one job below: over the default triggers per minute.
+    settings.PUNCTUAL_TRIGGERS_PER_MINUTE = 100
     env = process_env(through=pgbouncer, PUNCTUAL_POLL_SECONDS=AN_HOUR)
     base = start_web(processes, named(env, "pooled-web"))
     dispatcher = processes.manage("dispatch", env=named(env, "pooled-dispatch"))
@@ -101,7 +103,7 @@ def test_web_dispatcher_and_worker_work_through_pgbouncer_in_transaction_mode(
     # The pull API under gunicorn.
     pull = make_job(owner, target_kind="pull", url="", overlap_policy="allow")
     runs = [job_verbs.trigger(pull, idempotency_key=f"pull-{k}") for k in range(PULL_RUNS)]
-    completed = pull_every_run(base, Token.objects.create(user=owner).key, pull)
+    completed = pull_every_run(base, tokens.issue(owner)[1], pull)
     assert {str(run.pk) for run in runs} <= completed
     assert set(Run.objects.filter(pk__in=completed).values_list("state", flat=True)) == {
         "succeeded"
