@@ -77,16 +77,21 @@ def since(before: Mapping[str, Any], job: Any) -> dict[str, list[Any]]:
 
 
 def summary(changes: Mapping[str, Any], fields: Collection[str]) -> str:
-    """One line for the admin: "field: old → new" for a change of one of the
-    job's ``fields``, "name: value" for anything else (a created job's
-    values, a count of runs), by name."""
+    """One line for the admin: the ``lines`` joined by "; "."""
+    return "; ".join(lines(changes, fields))
+
+
+def lines(changes: Mapping[str, Any], fields: Collection[str]) -> list[str]:
+    """One text per entry, by name: "field: old → new" for a change of one
+    of the job's ``fields``, "name: value" for anything else (a created
+    job's values, a count of runs)."""
     parts = []
     for name, value in sorted(changes.items()):
         if name in fields and isinstance(value, list) and len(value) == 2:
             parts.append(f"{name}: {_text(value[0])} → {_text(value[1])}")
         else:
             parts.append(f"{name}: {_text(value)}")
-    return "; ".join(parts)
+    return parts
 
 
 def _text(value: Any) -> str:

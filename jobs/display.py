@@ -106,3 +106,23 @@ def missed_text(job) -> str:
         return ""
     since = f"{job.missed_since:%Y-%m-%d %H:%M} UTC" if job.missed_since else "?"
     return f"missed since {since}: {job.missed_count:,}"
+
+
+# An audit event's action in words (README "Audit events" lists them).
+EVENT_ACTIONS = {
+    "created": "Created",
+    "updated": "Edited",
+    "paused": "Paused",
+    "resumed": "Resumed",
+    "triggered": "Triggered",
+    "backfilled": "Backfilled",
+    "run_retried": "Run retried",
+    "secret_rotated": "Secret rotated",
+    "deleted": "Deleted",
+}
+
+
+def event_action(action: str) -> str:
+    """``Secret rotated`` for ``secret_rotated``; an action this release does
+    not know reads as its own name, in words."""
+    return EVENT_ACTIONS.get(action, action.replace("_", " ").capitalize())
