@@ -735,7 +735,7 @@ def _changes_text(recorded: dict) -> str:
 
 
 # What changed, in the events list: the first lines, each cut short.
-LIST_CHANGE_LINES = 4
+LIST_CHANGE_LINES = 5
 LIST_CHANGE_CHARS = 90
 
 

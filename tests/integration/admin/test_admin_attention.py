@@ -5,7 +5,6 @@ exactly what it counts, and an owner sees only their own."""
 
 from __future__ import annotations
 
-import datetime as dt
 import html
 import re
 

@@ -69,7 +69,7 @@ def test_a_long_change_list_is_cut_in_the_list_and_whole_on_the_event(ann, ann_c
         changes={f"field_{i}": [i, i + 1] for i in range(7)},
     )
     (row,) = rows(ann_client)
-    assert row.count("<li>") == 5 and "… and 3 more (open the event)" in row
+    assert row.count("<li>") == 6 and "… and 2 more (open the event)" in row
     page = ann_client.get(reverse("admin:jobs_jobevent_change", args=[event.pk])).content.decode()
     assert page.count("<li>field_") == 7
 
