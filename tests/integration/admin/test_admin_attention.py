@@ -174,7 +174,7 @@ def test_a_quiet_fleet_says_so_on_every_card(ann, ann_client):
     assert "No fire was missed in the last 24 hours." in page
     assert "No run failed in the last 24 hours." in page
     assert "No run is waiting for a worker." in page
-    assert " punctual-attention-on\"" not in page
+    assert ' punctual-attention-on"' not in page
 
 
 def test_failed_runs_are_listed_newest_first_and_at_most_six(ann, ann_client):

@@ -52,7 +52,9 @@ def test_events_read_in_words_with_what_changed(ann, ann_client):
     assert re.search(
         r"payload: 18 bytes, sha256 [0-9a-f]{12}… → 19 bytes, sha256 [0-9a-f]{12}…", edited
     )
-    assert "state: active → paused" in listed[1] and "pause_note: '' → holiday" in listed[1]
+    assert (
+        "state: active → paused" in listed[1] and "pause_note: &#x27;&#x27; → holiday" in listed[1]
+    )
 
     event = JobEvent.objects.get(job=job, action="paused")
     page = ann_client.get(reverse("admin:jobs_jobevent_change", args=[event.pk])).content.decode()
