@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import re
 import uuid
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
@@ -94,9 +95,15 @@ def lines(changes: Mapping[str, Any], fields: Collection[str]) -> list[str]:
     return parts
 
 
+# A time as ``shown`` stores it: "2026-12-02T00:21:32.592581Z".
+_STORED_TIME = re.compile(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(\.\d+)?Z")
+
+
 def _text(value: Any) -> str:
     if value is None:
         return "—"
+    if isinstance(value, str) and (time := _STORED_TIME.fullmatch(value)):
+        return f"{time[1]} {time[2]} UTC"  # to the second, as the admin shows times
     if isinstance(value, dict) and set(value) == {"bytes", "sha256"}:
         return f"{value['bytes']:,} bytes, sha256 {value['sha256'][:12]}…"
     if isinstance(value, str):

@@ -73,12 +73,13 @@ class Item:
 
 @dataclass(frozen=True)
 class Card:
-    """One "Needs attention" card: a count (None: not counted), the first
-    items, and the link to the list filtered to exactly what it shows."""
+    """One "Needs attention" card: a badge (how many, or how long; None:
+    nothing to show), the first items, and the link to the list filtered to
+    exactly what it shows."""
 
     key: str
     title: str
-    count: int | None
+    badge: str | None
     items: list[Item]
     link: str
     link_text: str
@@ -168,7 +169,7 @@ def _jobs_card(key: str, title: str, jobs, query: str, detail, empty: str) -> Ca
         )[:CARD_ITEMS]
     ]
     link = reverse("admin:jobs_job_changelist") + "?" + query
-    return Card(key, title, count, items, link, f"All {count} in the jobs list", empty)
+    return Card(key, title, str(count), items, link, f"All {count} in the jobs list", empty)
 
 
 def _failing_detail(job) -> str:
@@ -211,19 +212,18 @@ def _claimable_card(user) -> Card:
     """The health check's backlog, for this owner: the run due the longest
     that no worker has taken, and how long it has waited."""
     oldest = health.oldest_claimable(owner_id=None if user.is_superuser else user.pk)
-    title = "Oldest run waiting for a worker"
     items: list[Item] = []
+    waited = None
     if oldest is not None:
-        title += f": {short_duration(oldest['age'])}"
-        due = f"due {oldest['scheduled_at']:%m-%d %H:%M:%S} UTC"
+        waited = short_duration(oldest["age"])
+        due = f"due {oldest['scheduled_at']:%m-%d %H:%M:%S} UTC, waiting {waited}"
         items.append(Item(oldest["job_name"], run_url(oldest["run_id"]), due))
-    link = reverse("admin:runs_run_changelist") + "?status=pending"
     return Card(
         "oldest-claimable",
-        title,
-        None,
+        "Oldest waiting run",
+        waited,
         items,
-        link,
+        reverse("admin:runs_run_changelist") + "?status=pending",
         "Pending runs",
         "No run is waiting for a worker.",
     )

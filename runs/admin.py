@@ -146,6 +146,11 @@ class AttemptInline(admin.TabularInline):
         return short_duration(obj.duration_ms / 1000)
 
 
+def _unbroken(text: str) -> str:
+    """``1 min 20 s`` that a narrow column wraps after its label, not inside."""
+    return text.replace(" ", "\u00a0")
+
+
 def _now(obj: Run) -> dt.datetime:
     now: dt.datetime | None = getattr(obj, "page_now", None)
     if now is None:
@@ -205,10 +210,15 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
         """The summary first (the template puts the attempts right under it),
         then the lease while the run is running, then the timestamps,
         folded."""
-        summary = ["job_link", "scheduled_at", "kind", "state_column", "result"]
-        summary += ["attempt_column", "lag", "duration", "id"]
+        summary: list = [
+            ("job_link", "state_column"),
+            ("scheduled_at", "kind"),
+            ("attempt_column", "lag", "duration"),
+            "result",
+            "id",
+        ]
         if obj is not None and obj.state == RunState.RETRYING:
-            summary.insert(5, "next_attempt_at")
+            summary.insert(3, "next_attempt_at")
         fieldsets = [(None, {"fields": summary})]
         if obj is not None and obj.state == RunState.RUNNING:
             lease = ["worker", "lease", "lease_until", "deadline_at", "attempt_started_at"]
@@ -258,13 +268,14 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
             # Set when the owner came from "send test delivery": the page
             # reloads itself until the run is over.
             "watch": "watch" in request.GET and not run.is_terminal,
+            "title": "Run",
             "subtitle": f"{run.job.name} · {run.scheduled_at:%Y-%m-%d %H:%M:%S} UTC",
         }
         return super().change_view(request, object_id, form_url, extra_context)
 
     # -- columns
 
-    @admin.display(description="scheduled at (UTC)", ordering="scheduled_at")
+    @admin.display(description="scheduled (UTC)", ordering="scheduled_at")
     def scheduled(self, obj: Run) -> str:
         return f"{obj.scheduled_at:%Y-%m-%d %H:%M:%S}"
 
@@ -305,7 +316,7 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
                 return format_html(
                     '<span class="{}">waiting {}</span>',
                     "punctual-late" if waited > LATE_AFTER.total_seconds() else "",
-                    short_duration(waited),
+                    _unbroken(short_duration(waited)),
                 )
         return self.get_empty_value_display()
 
@@ -316,14 +327,16 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
         if obj.finished_at is not None:
             return short_duration((obj.finished_at - obj.started_at).total_seconds())
         if obj.state == RunState.RUNNING:
-            return "running " + short_duration((_now(obj) - obj.started_at).total_seconds())
+            return "running " + _unbroken(
+                short_duration((_now(obj) - obj.started_at).total_seconds())
+            )
         return self.get_empty_value_display()
 
     @admin.display(description="worker")
-    def worker(self, obj: Run) -> str:
-        if obj.state != RunState.RUNNING:
+    def worker(self, obj: Run):
+        if obj.state != RunState.RUNNING or not obj.lease_owner:
             return self.get_empty_value_display()
-        return obj.lease_owner or self.get_empty_value_display()
+        return format_html('<span title="{}">{}</span>', obj.lease_owner, obj.lease_owner)
 
     @admin.display(description="next attempt at")
     def next_attempt_at(self, obj: Run) -> str:

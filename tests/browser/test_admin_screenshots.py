@@ -3,9 +3,10 @@
 An owner with 50 jobs (crons and intervals, webhooks and pull queues), runs in
 every state over the last two days, a job the system paused after a failure
 streak, failing jobs, missed fires, a backfill, and audit events. Each page is
-opened in Chromium at 1400×900 and saved as a whole-page PNG under
-``.screenshots/`` (kept by CI as an artifact, ignored by git); each must have
-answered 200, show no error, and show the elements it is for.
+opened in Chromium at 1400×900 and saved under ``.screenshots/`` (kept by CI
+as an artifact, ignored by git) twice: the window as a person sees it, and the
+whole page (``_full``). Each must have answered 200, show no error, show the
+elements it is for, and be no wider than the window.
 """
 
 from __future__ import annotations
@@ -178,7 +179,8 @@ def shoot(page, name: str, path: str, *, present: list[str]) -> None:
     width = page.driver.execute_script("return document.documentElement.clientWidth")
     assert size["width"] <= width + 1, f"{path} is wider than the window: {size['width']}"
     SCREENSHOTS.mkdir(exist_ok=True)
-    page.screenshot(name)
+    page.driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))  # the window, as seen
+    page.screenshot(f"{name}_full")  # the whole page
 
 
 @pytest.fixture
@@ -231,4 +233,5 @@ def test_every_admin_page_renders_at_1400_px_and_is_saved_as_a_screenshot(wide_p
     wide_page.log_in("root")
     for name, path, present in limits:
         shoot(wide_page, name, path, present=present)
-    assert len(list(SCREENSHOTS.glob("[01]*_*.png"))) >= len(pages) + len(limits)
+    saved = {path.stem for path in SCREENSHOTS.glob("*.png")}
+    assert {name for name, _path, _present in pages + limits} <= saved
