@@ -109,7 +109,9 @@ def test_the_runs_list_finds_by_job_time_and_id_with_why_in_view_at_1400_px(page
     )
     search.send_keys("night")
     option = page.wait(
-        EC.visibility_of_element_located((By.CSS_SELECTOR, ".select2-results__option[aria-selected]"))
+        EC.visibility_of_element_located(
+            (By.CSS_SELECTOR, ".select2-results__option[aria-selected]")
+        )
     )
     offered = [o.text for o in page.find_all(".select2-results__option[aria-selected]")]
     assert offered == ["nightly-report"]  # never another owner's job
