@@ -203,7 +203,7 @@ def _failed_runs_card(runs) -> Card:
         None,
         items,
         link,
-        "All failed runs of the last 24 h",
+        "All failed in 24 h",
         "No run failed in the last 24 hours.",
     )
 
@@ -216,7 +216,7 @@ def _claimable_card(user) -> Card:
     waited = None
     if oldest is not None:
         waited = short_duration(oldest["age"])
-        due = f"due {oldest['scheduled_at']:%m-%d %H:%M:%S} UTC, waiting {waited}"
+        due = f"due {oldest['scheduled_at']:%m-%d %H:%M:%S} UTC"
         items.append(Item(oldest["job_name"], run_url(oldest["run_id"]), due))
     return Card(
         "oldest-claimable",

@@ -307,7 +307,7 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
             return format_html(
                 '<span class="{}">{}</span>',
                 "punctual-late" if late else "",
-                lag_text(obj.lag_seconds),
+                _unbroken(lag_text(obj.lag_seconds)),
             )
         if obj.state == RunState.PENDING and obj.available_at is not None:
             now = _now(obj)
@@ -358,12 +358,12 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
         if obj.lease_until < now:
             return format_html(
                 '<span class="punctual-late" title="another worker may claim it">expired {}</span>',
-                relative(obj.lease_until, now),
+                _unbroken(relative(obj.lease_until, now)),
             )
         return format_html(
             '<span title="{} UTC">{} left</span>',
             f"{obj.lease_until:%H:%M:%S}",
-            short_duration((obj.lease_until - now).total_seconds()),
+            _unbroken(short_duration((obj.lease_until - now).total_seconds())),
         )
 
     @staticmethod

@@ -86,6 +86,15 @@ class WithinFilter(admin.SimpleListFilter):
         return attention.within(queryset, SPANS[value][1])
 
 
+class JobPicker(AutocompleteSelect):
+    """The admin's autocomplete box, saying what an empty box means."""
+
+    def build_attrs(self, base_attrs, extra_attrs=None):
+        attrs = super().build_attrs(base_attrs, extra_attrs)
+        attrs["data-placeholder"] = "Any job: type a name"
+        return attrs
+
+
 class JobFilter(admin.SimpleListFilter):
     """One job's rows, picked by name with the admin's autocomplete.
 
@@ -132,10 +141,8 @@ class JobFilter(admin.SimpleListFilter):
         field = forms.ModelChoiceField(
             queryset=self.jobs,
             required=False,
-            widget=AutocompleteSelect(
-                Run._meta.get_field("job"),
-                self.admin_site,
-                attrs={"data-placeholder": "Any job", "id": "job-filter"},
+            widget=JobPicker(
+                Run._meta.get_field("job"), self.admin_site, attrs={"id": "job-filter"}
             ),
         )
         return field.widget.render(self.parameter_name, self.value())
