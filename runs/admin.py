@@ -219,7 +219,7 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
         ]
         if obj is not None and obj.state == RunState.RETRYING:
             summary.insert(3, "next_attempt_at")
-        fieldsets = [(None, {"fields": summary})]
+        fieldsets: list[tuple[str | None, dict[str, list]]] = [(None, {"fields": summary})]
         if obj is not None and obj.state == RunState.RUNNING:
             lease = ["worker", "lease", "lease_until", "deadline_at", "attempt_started_at"]
             fieldsets.append(("Lease", {"fields": lease, "classes": ["collapse"]}))
