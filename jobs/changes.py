@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import re
 import uuid
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
@@ -77,21 +78,32 @@ def since(before: Mapping[str, Any], job: Any) -> dict[str, list[Any]]:
 
 
 def summary(changes: Mapping[str, Any], fields: Collection[str]) -> str:
-    """One line for the admin: "field: old → new" for a change of one of the
-    job's ``fields``, "name: value" for anything else (a created job's
-    values, a count of runs), by name."""
+    """One line for the admin: the ``lines`` joined by "; "."""
+    return "; ".join(lines(changes, fields))
+
+
+def lines(changes: Mapping[str, Any], fields: Collection[str]) -> list[str]:
+    """One text per entry, by name: "field: old → new" for a change of one
+    of the job's ``fields``, "name: value" for anything else (a created
+    job's values, a count of runs)."""
     parts = []
     for name, value in sorted(changes.items()):
         if name in fields and isinstance(value, list) and len(value) == 2:
             parts.append(f"{name}: {_text(value[0])} → {_text(value[1])}")
         else:
             parts.append(f"{name}: {_text(value)}")
-    return "; ".join(parts)
+    return parts
+
+
+# A time as ``shown`` stores it: "2026-12-02T00:21:32.592581Z".
+_STORED_TIME = re.compile(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(\.\d+)?Z")
 
 
 def _text(value: Any) -> str:
     if value is None:
         return "—"
+    if isinstance(value, str) and (time := _STORED_TIME.fullmatch(value)):
+        return f"{time[1]} {time[2]} UTC"  # to the second, as the admin shows times
     if isinstance(value, dict) and set(value) == {"bytes", "sha256"}:
         return f"{value['bytes']:,} bytes, sha256 {value['sha256'][:12]}…"
     if isinstance(value, str):

@@ -129,3 +129,23 @@ def moment(when: dt.datetime, zone: str, now: dt.datetime) -> str:
         local_format = "%Y-%m-%d %H:%M" if dated or local.date() != utc.date() else "%H:%M"
         around.insert(0, f"{local:{local_format}} {zone}")
     return f"{text} UTC ({', '.join(around)})"
+
+
+# An audit event's action in words (README "Audit events" lists them).
+EVENT_ACTIONS = {
+    "created": "Created",
+    "updated": "Edited",
+    "paused": "Paused",
+    "resumed": "Resumed",
+    "triggered": "Triggered",
+    "backfilled": "Backfilled",
+    "run_retried": "Run retried",
+    "secret_rotated": "Secret rotated",
+    "deleted": "Deleted",
+}
+
+
+def event_action(action: str) -> str:
+    """``Secret rotated`` for ``secret_rotated``; an action this release does
+    not know reads as its own name, in words."""
+    return EVENT_ACTIONS.get(action, action.replace("_", " ").capitalize())

@@ -1,4 +1,4 @@
-"""The admin dashboard: the fleet, dispatch lag, run outcomes, the oldest pending run.
+"""The admin dashboard: what needs attention, the fleet, dispatch lag, run outcomes.
 
 Served at ``/admin/dashboard/`` by the Punctual admin site. Every query here
 is bounded, so the page costs the same with a million runs as with ten:
@@ -7,8 +7,12 @@ is bounded, so the page costs the same with a million runs as with ten:
   (dispatch/fleet.py: silent processes after a day, samples after two);
 * run outcomes are a ``GROUP BY`` over one hour or one day of
   ``scheduled_at``, a range scan of ``run_scheduled_at_idx``;
-* the oldest pending run and the waiting counts read only active runs, which
-  the partial index ``run_active_idx`` holds.
+* the waiting counts read only active runs, which the partial index
+  ``run_active_idx`` holds;
+* the "Needs attention" cards (also on the admin's index) ask the questions
+  of runs/attention.py, each bounded to the last day of ``scheduled_at`` or
+  to one probe per job, and the oldest claimable run is the health check's
+  own query (ops/health.py), narrowed to the owner.
 
 Charts are SVG computed here and drawn by the template (ops/charts.py):
 no script, no external asset, so the page works offline.
@@ -23,13 +27,16 @@ from dataclasses import dataclass
 from django.db.models import Count, Q
 from django.db.models.functions import Trunc
 from django.template.response import TemplateResponse
+from django.urls import reverse
 
 from core.db import db_now
 from dispatch import fleet, queries
 from dispatch.models import LagSample, ProcessHeartbeat
 from jobs.display import short_duration
 from jobs.models import Job, JobState
-from ops import charts
+from ops import charts, health
+from runs import attention
+from runs.display import run_url
 from runs.models import ACTIVE_STATES, Run, RunState
 
 LAG_WINDOW = dt.timedelta(hours=1)
@@ -51,6 +58,32 @@ OUTCOME_ORDER = (
     RunState.RUNNING,
     RunState.PENDING,
 )
+
+
+# Items listed on each "Needs attention" card; the card's link lists them all.
+CARD_ITEMS = 6
+
+
+@dataclass(frozen=True)
+class Item:
+    text: str
+    url: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Card:
+    """One "Needs attention" card: a badge (how many, or how long; None:
+    nothing to show), the first items, and the link to the list filtered to
+    exactly what it shows."""
+
+    key: str
+    title: str
+    badge: str | None
+    items: list[Item]
+    link: str
+    link_text: str
+    empty: str
 
 
 @dataclass(frozen=True)
@@ -121,6 +154,115 @@ def outcome_chart(runs, now: dt.datetime, range_key: str) -> tuple[charts.Chart,
     return chart, {state: totals[state] for state in OUTCOME_ORDER if totals.get(state)}
 
 
+def _job_url(job) -> str:
+    return reverse("admin:jobs_job_change", args=[job.pk])
+
+
+def _jobs_card(key: str, title: str, jobs, query: str, detail, empty: str) -> Card:
+    """A card of jobs: how many, the first few by name, and the jobs list
+    filtered by ``query`` (the same filter, runs/admin_filters.py)."""
+    count = jobs.count()
+    items = [
+        Item(job.name, _job_url(job), detail(job))
+        for job in jobs.order_by("name").only(
+            "id", "name", "consecutive_failures", "pause_note", "state"
+        )[:CARD_ITEMS]
+    ]
+    link = reverse("admin:jobs_job_changelist") + "?" + query
+    return Card(key, title, str(count), items, link, f"All {count} in the jobs list", empty)
+
+
+def _failing_detail(job) -> str:
+    if job.consecutive_failures:
+        return f"{job.consecutive_failures} failed in a row"
+    return "its last run failed"
+
+
+def _failed_runs_card(runs) -> Card:
+    failed = (
+        attention.recent_failures(runs)
+        .select_related("job")
+        .only("id", "scheduled_at", "last_status_code", "reason", "job__id", "job__name")[
+            :CARD_ITEMS
+        ]
+    )
+    items = [
+        Item(
+            run.job.name,
+            run_url(run.pk),
+            f"{run.scheduled_at:%m-%d %H:%M} UTC"
+            + (f" · HTTP {run.last_status_code}" if run.last_status_code else "")
+            + (f" · {run.reason}" if run.reason else ""),
+        )
+        for run in failed
+    ]
+    link = reverse("admin:runs_run_changelist") + "?status=failed&within=24h"
+    return Card(
+        "failed-runs",
+        "Latest failed runs (24 h)",
+        None,
+        items,
+        link,
+        "All failed in 24 h",
+        "No run failed in the last 24 hours.",
+    )
+
+
+def _claimable_card(user) -> Card:
+    """The health check's backlog, for this owner: the run due the longest
+    that no worker has taken, and how long it has waited."""
+    oldest = health.oldest_claimable(owner_id=None if user.is_superuser else user.pk)
+    items: list[Item] = []
+    waited = None
+    if oldest is not None:
+        waited = short_duration(oldest["age"])
+        due = f"due {oldest['scheduled_at']:%m-%d %H:%M:%S} UTC"
+        items.append(Item(oldest["job_name"], run_url(oldest["run_id"]), due))
+    return Card(
+        "oldest-claimable",
+        "Oldest waiting run",
+        waited,
+        items,
+        reverse("admin:runs_run_changelist") + "?status=pending",
+        "Pending runs",
+        "No run is waiting for a worker.",
+    )
+
+
+def attention_cards(user) -> list[Card]:
+    """The "Needs attention" cards, for ``user``'s jobs (a superuser's: all)."""
+    jobs = Job.objects.for_owner(user)
+    runs = Run.objects.for_owner(user)
+    return [
+        _jobs_card(
+            "failing",
+            "Failing jobs",
+            attention.failing(jobs),
+            "health=failing",
+            _failing_detail,
+            "No job is failing.",
+        ),
+        _jobs_card(
+            "system-paused",
+            "Paused by the system",
+            attention.paused_by_system(jobs),
+            "paused_by=system",
+            lambda job: job.pause_note,
+            "No job was paused by the system.",
+        ),
+        _jobs_card(
+            "missed",
+            "Missed fires (24 h)",
+            attention.missed_recently(jobs),
+            "missed=24h",
+            lambda job: "",
+            "No fire was missed in the last 24 hours.",
+        ),
+        _failed_runs_card(runs),
+        _claimable_card(user),
+    ]
+
+
 def dashboard_view(request, site_context: dict) -> TemplateResponse:
     now = db_now()
     range_key = request.GET.get("range", "hour")
@@ -131,14 +273,6 @@ def dashboard_view(request, site_context: dict) -> TemplateResponse:
     earliest = queries.earliest_next_fire()
     lag_now = max(0.0, (now - earliest).total_seconds()) if earliest else 0.0
     outcomes, outcome_totals = outcome_chart(runs, now, range_key)
-    oldest_pending = (
-        runs.filter(state=RunState.PENDING)
-        .select_related("job")
-        .only("id", "scheduled_at", "available_at", "job__id", "job__name")
-        .order_by("scheduled_at")
-        .first()
-    )
-    pending_age = (now - oldest_pending.scheduled_at).total_seconds() if oldest_pending else None
     active = {
         row["state"]: row["n"]
         for row in runs.filter(state__in=ACTIVE_STATES)
@@ -149,12 +283,12 @@ def dashboard_view(request, site_context: dict) -> TemplateResponse:
     jobs = Job.objects.for_owner(request.user).aggregate(
         active=Count("pk", filter=Q(state=JobState.ACTIVE)),
         paused=Count("pk", filter=Q(state=JobState.PAUSED)),
-        failing=Count("pk", filter=Q(consecutive_failures__gt=0)),
     )
     context = {
         **site_context,
         "title": "Dashboard",
         "now": now,
+        "attention": attention_cards(request.user),
         "fleet": fleet_rows(now),
         "alive_within": int(fleet.ALIVE_WITHIN.total_seconds()),
         "lag_now": lag_now,
@@ -163,9 +297,6 @@ def dashboard_view(request, site_context: dict) -> TemplateResponse:
         "outcome_totals": outcome_totals,
         "range": range_key,
         "ranges": list(RANGES),
-        "oldest_pending": oldest_pending,
-        "oldest_pending_age": pending_age,
-        "oldest_pending_waiting": short_duration(pending_age),
         "active_counts": [(state, active.get(state, 0)) for state in ACTIVE_STATES],
         "jobs": jobs,
     }

@@ -57,13 +57,16 @@ def dispatch_lag_seconds(now: dt.datetime) -> float:
 # waits for its own job, not for a worker, and is passed over. A backfill
 # spread over the coming minutes (PUNCTUAL_BACKFILL_RATE) is not due yet and
 # does not count. Pull runs are left out: their owner's workers claim them.
-# ``now`` is the caller's (None: the database clock's, in the same round trip).
+# ``now`` is the caller's (None: the database clock's, in the same round trip);
+# ``owner`` narrows it to one owner's runs (run_claim_owner_idx), None: all.
 OLDEST_CLAIMABLE = f"""
     WITH t AS (SELECT coalesce(%(now)s::timestamptz, {DB_NOW_SQL}) AS now)
-    SELECT extract(epoch FROM t.now - r.available_at) AS age
+    SELECT extract(epoch FROM t.now - r.available_at) AS age, r.id AS run_id,
+           r.scheduled_at, j.id AS job_id, j.name AS job_name
     FROM t, runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id
     WHERE r.state IN ('pending', 'retrying') AND r.target_kind = 'webhook'
       AND r.available_at <= t.now AND j.state = 'active' AND j.deleted_at IS NULL
+      AND (%(owner)s::bigint IS NULL OR r.owner_id = %(owner)s::bigint)
       AND NOT (r.exclusive AND EXISTS (
           SELECT 1 FROM runs_exclusive_running AS x WHERE x.job_id = r.job_id))
     ORDER BY r.available_at
@@ -71,13 +74,23 @@ OLDEST_CLAIMABLE = f"""
 """
 
 
+def oldest_claimable(now: dt.datetime | None = None, owner_id: int | None = None) -> dict | None:
+    """The oldest claimable run (``age`` in seconds, ``run_id``,
+    ``scheduled_at``, ``job_id``, ``job_name``), of one owner or of all
+    (``owner_id`` None), or None when no run waits for a worker."""
+    with dict_cursor() as cur:
+        cur.execute(OLDEST_CLAIMABLE, {"now": now, "owner": owner_id})
+        row = cur.fetchone()
+    if row is None:
+        return None
+    return {**row, "age": max(0.0, float(row["age"]))}
+
+
 def backlog_seconds(now: dt.datetime | None = None) -> float:
     """How long the oldest claimable run has waited for a worker (0: none),
     at ``now`` (None: the database's now)."""
-    with dict_cursor() as cur:
-        cur.execute(OLDEST_CLAIMABLE, {"now": now})
-        row = cur.fetchone()
-    return 0.0 if row is None else max(0.0, float(row["age"]))
+    row = oldest_claimable(now)
+    return 0.0 if row is None else row["age"]
 
 
 def backlog_reason(age: float) -> str | None:

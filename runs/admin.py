@@ -10,8 +10,10 @@ by hand: nobody adds them here, and only superusers may delete them.
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
@@ -21,15 +23,20 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
-from core.admin_base import BigTableAdmin, OwnerScopedAdmin
+from core.admin_base import BadListQuery, BigTableAdmin, OwnerScopedAdmin
+from core.date_nav import date_nav
 from core.db import db_now
 from jobs.display import relative, short_duration
 from jobs.models import Channel
 from runs import job_admin  # noqa: F401  (registers the jobs and job events admins)
+from runs.admin_filters import JobFilter, WithinFilter, job_picker_media
 from runs.display import lag_text, state_badge
 from runs.models import LATE_AFTER, Attempt, RetryNotAllowed, Run, RunState
 
 RETRYABLE_STATES = (RunState.FAILED, RunState.MISSED)
+# The list's worker and lease columns appear only when it lists running runs.
+RUNNING_STATUSES = ("running", "lease_expired")
+RUNNING_COLUMNS = ("worker", "lease")
 
 
 class RunStatusFilter(admin.SimpleListFilter):
@@ -67,12 +74,32 @@ class RunStatusFilter(admin.SimpleListFilter):
 
 
 class RunChangeList(ChangeList):
+    def get_filters(self, request):
+        # A month or a day without its year would be an EXTRACT over every
+        # partition; with its year, Django turns it into a bounded range.
+        field = self.date_hierarchy
+        parts = {f"{field}__month", f"{field}__day"}
+        if f"{field}__year" not in self.params and parts.intersection(self.params):
+            raise IncorrectLookupParameters(
+                f"a month or a day of {field} needs its year ({field}__year)"
+            )
+        return super().get_filters(request)
+
     def get_results(self, request):
         super().get_results(request)
         # One read of the database clock for every countdown on the page.
-        now = db_now()
+        self.page_now = now = db_now()
         for run in self.result_list:
             run.page_now = now
+
+    def date_links(self) -> dict:
+        """The date bar above the list, without a query (core/date_nav.py)."""
+        return date_nav(
+            self.date_hierarchy,
+            self.params,
+            self.page_now.date(),
+            lambda params: self.get_query_string(params, [f"{self.date_hierarchy}__"]),
+        )
 
 
 class AttemptInline(admin.TabularInline):
@@ -110,6 +137,11 @@ class AttemptInline(admin.TabularInline):
         return short_duration(obj.duration_ms / 1000)
 
 
+def _unbroken(text: str) -> str:
+    """``1 min 20 s`` that a narrow column wraps after its label, not inside."""
+    return text.replace(" ", "\u00a0")
+
+
 def _now(obj: Run) -> dt.datetime:
     now: dt.datetime | None = getattr(obj, "page_now", None)
     if now is None:
@@ -128,40 +160,71 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
         "attempt_column",
         "lag",
         "duration",
-        "worker",
-        "lease",
         "why",
     )
     list_display_links = ("scheduled",)
-    list_filter = (RunStatusFilter, "kind")
+    list_filter = (RunStatusFilter, WithinFilter, "kind", JobFilter)
     list_select_related = ("job",)
+    # The links are drawn without a query (RunChangeList.date_links).
+    date_hierarchy = "scheduled_at"
+    # A run id, matched exactly (get_search_results): no text search over runs.
+    search_fields = ("id",)
+    search_help_text = "Find a run by its id (a UUID, exactly as the API and the webhooks give it)."
     # Any other order would sort the whole table; scheduled_at has an index.
     sortable_by = ("scheduled",)
     list_per_page = 100
     actions = ["retry_runs"]
     inlines = [AttemptInline]
-    fieldsets = [
-        (None, {"fields": ["job_link", "scheduled_at", "kind", "state_column", "reason", "id"]}),
-        (
-            "Attempts and lease",
-            {
-                "fields": [
-                    "attempt_column",
-                    "lease_owner",
-                    "lease",
-                    "lease_until",
-                    "deadline_at",
-                    "attempt_started_at",
-                    "available_at",
-                ]
-            },
-        ),
-        ("Timing", {"fields": ["created_at", "started_at", "finished_at", "lag", "duration"]}),
-        ("Result", {"fields": ["last_status_code", "last_error", "last_response"]}),
-    ]
-    # A run is written by the dispatcher and the workers, never by a form:
-    # every field shown is read-only.
-    readonly_fields = tuple(flatten_fieldsets(fieldsets))
+
+    @property
+    def media(self):
+        return super().media + job_picker_media(self.admin_site)
+
+    def get_list_display(self, request):
+        if request.GET.get(RunStatusFilter.parameter_name) in RUNNING_STATUSES:
+            return (*self.list_display[:-1], *RUNNING_COLUMNS, self.list_display[-1])
+        return self.list_display
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        try:
+            run_id = uuid.UUID(term)
+        except ValueError:
+            raise BadListQuery(
+                f"“{term}” is not a run id: search takes a whole run id (a UUID)."
+            ) from None
+        return queryset.filter(pk=run_id), False
+
+    def get_fieldsets(self, request, obj=None):
+        """The summary first (the template puts the attempts right under it),
+        then the lease while the run is running, then the timestamps,
+        folded."""
+        summary: list = [
+            ("job_link", "state_column"),
+            ("scheduled_at", "kind"),
+            ("attempt_column", "lag", "duration"),
+            "result",
+            "last_response",
+            "id",
+        ]
+        if obj is not None and obj.state == RunState.RETRYING:
+            summary.insert(3, "next_attempt_at")
+        fieldsets: list[tuple[str | None, dict[str, list]]] = [(None, {"fields": summary})]
+        if obj is not None and obj.state == RunState.RUNNING:
+            lease = ["worker", "lease", "lease_until", "deadline_at", "attempt_started_at"]
+            fieldsets.append(("Lease", {"fields": lease, "classes": ["collapse"]}))
+        timing = ["created_at", "available_at", "started_at", "finished_at"]
+        if obj is not None and obj.state == RunState.RETRYING:
+            timing.remove("available_at")
+        fieldsets.append(("Timing", {"fields": timing, "classes": ["collapse"]}))
+        return fieldsets
+
+    def get_readonly_fields(self, request, obj=None):
+        # A run is written by the dispatcher and the workers, never by a
+        # form: every field shown is read-only.
+        return flatten_fieldsets(self.get_fieldsets(request, obj))
 
     def get_queryset(self, request):
         # The job's bulky columns are never shown here.
@@ -197,13 +260,14 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
             # Set when the owner came from "send test delivery": the page
             # reloads itself until the run is over.
             "watch": "watch" in request.GET and not run.is_terminal,
+            "title": "Run",
             "subtitle": f"{run.job.name} · {run.scheduled_at:%Y-%m-%d %H:%M:%S} UTC",
         }
         return super().change_view(request, object_id, form_url, extra_context)
 
     # -- columns
 
-    @admin.display(description="scheduled at (UTC)", ordering="scheduled_at")
+    @admin.display(description="scheduled (UTC)", ordering="scheduled_at")
     def scheduled(self, obj: Run) -> str:
         return f"{obj.scheduled_at:%Y-%m-%d %H:%M:%S}"
 
@@ -235,7 +299,7 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
             return format_html(
                 '<span class="{}">{}</span>',
                 "punctual-late" if late else "",
-                lag_text(obj.lag_seconds),
+                _unbroken(lag_text(obj.lag_seconds)),
             )
         if obj.state == RunState.PENDING and obj.available_at is not None:
             now = _now(obj)
@@ -244,7 +308,7 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
                 return format_html(
                     '<span class="{}">waiting {}</span>',
                     "punctual-late" if waited > LATE_AFTER.total_seconds() else "",
-                    short_duration(waited),
+                    _unbroken(short_duration(waited)),
                 )
         return self.get_empty_value_display()
 
@@ -255,12 +319,28 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
         if obj.finished_at is not None:
             return short_duration((obj.finished_at - obj.started_at).total_seconds())
         if obj.state == RunState.RUNNING:
-            return "running " + short_duration((_now(obj) - obj.started_at).total_seconds())
+            return "running " + _unbroken(
+                short_duration((_now(obj) - obj.started_at).total_seconds())
+            )
         return self.get_empty_value_display()
 
     @admin.display(description="worker")
-    def worker(self, obj: Run) -> str:
-        return obj.lease_owner or self.get_empty_value_display()
+    def worker(self, obj: Run):
+        if obj.state != RunState.RUNNING or not obj.lease_owner:
+            return self.get_empty_value_display()
+        return format_html('<span title="{}">{}</span>', obj.lease_owner, obj.lease_owner)
+
+    @admin.display(description="next attempt at")
+    def next_attempt_at(self, obj: Run) -> str:
+        if obj.available_at is None:
+            return self.get_empty_value_display()
+        return f"{obj.available_at:%Y-%m-%d %H:%M:%S} UTC ({relative(obj.available_at, _now(obj))})"
+
+    @admin.display(description="result")
+    def result(self, obj: Run):
+        """Why the run is where it is, whole: the status, reason and error."""
+        parts = self._why_parts(obj, error_chars=None)
+        return ": ".join(parts) if parts else self.get_empty_value_display()
 
     @admin.display(description="lease")
     def lease(self, obj: Run):
@@ -270,24 +350,31 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
         if obj.lease_until < now:
             return format_html(
                 '<span class="punctual-late" title="another worker may claim it">expired {}</span>',
-                relative(obj.lease_until, now),
+                _unbroken(relative(obj.lease_until, now)),
             )
         return format_html(
             '<span title="{} UTC">{} left</span>',
             f"{obj.lease_until:%H:%M:%S}",
-            short_duration((obj.lease_until - now).total_seconds()),
+            _unbroken(short_duration((obj.lease_until - now).total_seconds())),
         )
 
-    @admin.display(description="why")
-    def why(self, obj: Run):
+    @staticmethod
+    def _why_parts(obj: Run, error_chars: int | None) -> list[str]:
         parts = []
         if obj.last_status_code:
             parts.append(f"HTTP {obj.last_status_code}")
         if obj.reason:
             parts.append(obj.reason)
         if obj.last_error:
-            error = obj.last_error if len(obj.last_error) <= 100 else obj.last_error[:99] + "…"
+            error = obj.last_error
+            if error_chars is not None and len(error) > error_chars:
+                error = error[: error_chars - 1] + "…"
             parts.append(error)
+        return parts
+
+    @admin.display(description="why")
+    def why(self, obj: Run):
+        parts = self._why_parts(obj, error_chars=100)
         if not parts:
             return self.get_empty_value_display()
         return format_html(

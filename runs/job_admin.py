@@ -36,10 +36,25 @@ from core.admin_base import BigTableAdmin, OwnerScopedAdmin
 from core.db import db_now
 from core.errors import LimitExceeded
 from jobs import changes, crypto, schedules
-from jobs.display import describe_schedule, missed_text, moment, relative, short_duration
+from jobs.display import (
+    describe_schedule,
+    event_action,
+    missed_text,
+    moment,
+    relative,
+    short_duration,
+)
 from jobs.forms import JobForm, PauseForm
 from jobs.models import Channel, Job, JobEvent, JobState
 from runs import job_verbs
+from runs.admin_filters import (
+    EventActionFilter,
+    FailingFilter,
+    JobFilter,
+    MissedFiresFilter,
+    PausedByFilter,
+    job_picker_media,
+)
 from runs.display import lag_text, outcome_strip, run_url, state_badge
 from runs.job_status import job_status
 from runs.models import Attempt, Run, RunState
@@ -131,21 +146,6 @@ def _local(when: dt.datetime, zone: str) -> dt.datetime:
 # -- the list ---------------------------------------------------------------------
 
 
-class FailingFilter(admin.SimpleListFilter):
-    title = "health"
-    parameter_name = "health"
-
-    def lookups(self, request, model_admin):
-        return [("failing", "Failing"), ("healthy", "Not failing")]
-
-    def queryset(self, request, queryset):
-        if self.value() == "failing":
-            return queryset.failing()
-        if self.value() == "healthy":
-            return queryset.filter(consecutive_failures=0)
-        return queryset
-
-
 class JobChangeList(ChangeList):
     """Loads the page's recent runs in one query, whatever the page size.
 
@@ -181,6 +181,8 @@ class JobAdmin(OwnerScopedAdmin):
         "misfire_policy",
         "overlap_policy",
         FailingFilter,
+        PausedByFilter,
+        MissedFiresFilter,
     )
     list_select_related = ("owner",)
     search_fields = ("name",)
@@ -363,6 +365,12 @@ class JobAdmin(OwnerScopedAdmin):
             extra_context["new_secret"] = secret
             extra_context["verify_snippet"] = VERIFY_SNIPPET.format(secret=secret)
         return super().change_view(request, object_id, form_url, extra_context)
+
+    def history_view(self, request, object_id, extra_context=None):
+        """HISTORY opens the job's audit events, which record every change
+        through every channel (the admin's own log sees only the admin's)."""
+        job = self.get_object(request, object_id)
+        return HttpResponseRedirect(events_url(job.pk))
 
     # -- deleting is a soft delete
 
@@ -580,7 +588,7 @@ class JobAdmin(OwnerScopedAdmin):
             (
                 (
                     f"{e.created_at:%Y-%m-%d %H:%M:%S} UTC",
-                    e.action,
+                    event_action(e.action),
                     e.get_channel_display(),
                     e.actor or "—",
                     _changes_text(e.changes),
@@ -588,7 +596,7 @@ class JobAdmin(OwnerScopedAdmin):
                 for e in events
             ),
         )
-        all_events = reverse("admin:jobs_jobevent_changelist") + f"?job__id__exact={obj.pk}"
+        all_events = events_url(obj.pk)
         return format_html(
             '<table class="punctual-events"><thead><tr><th>when</th><th>action</th>'
             "<th>through</th><th>who</th><th>what changed</th></tr></thead><tbody>{}</tbody>"
@@ -884,10 +892,24 @@ class JobAdmin(OwnerScopedAdmin):
         return redirect("admin:jobs_job_change", job.pk)
 
 
+def events_url(job_id) -> str:
+    """The audit events list, filtered to one job."""
+    return reverse("admin:jobs_jobevent_changelist") + f"?job__id__exact={job_id}"
+
+
 def _changes_text(recorded: dict) -> str:
     """An event's changes as "field: old → new; ...", cut at 300 characters."""
     text = changes.summary(recorded, JOB_FIELDS)
     return text if len(text) <= 300 else text[:299] + "…"
+
+
+# What changed, in the events list: the first lines, each cut short.
+LIST_CHANGE_LINES = 5
+LIST_CHANGE_CHARS = 90
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # -- the audit log ------------------------------------------------------------------
@@ -895,12 +917,16 @@ def _changes_text(recorded: dict) -> str:
 
 @admin.register(JobEvent)
 class JobEventAdmin(OwnerScopedAdmin, BigTableAdmin):
-    list_display = ("created_at", "job_link", "action", "channel", "actor", "changes_summary")
-    list_filter = ("channel",)
+    list_display = ("created_at", "job_link", "action_text", "channel", "actor", "changes_lines")
+    list_filter = (JobFilter, EventActionFilter, "channel")
     list_select_related = ("job", "actor")
     sortable_by = ("created_at",)
-    fields = ("created_at", "job", "action", "channel", "actor", "changes")
+    fields = ("created_at", "job_link", "action_text", "channel", "actor", "changes_list")
     readonly_fields = fields
+
+    @property
+    def media(self):
+        return super().media + job_picker_media(self.admin_site)
 
     def get_queryset(self, request):
         queryset = super().get_queryset(request)
@@ -917,6 +943,11 @@ class JobEventAdmin(OwnerScopedAdmin, BigTableAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        event = self.get_object(request, object_id)
+        extra_context = {**(extra_context or {}), "title": f"{event_action(event.action)}"}
+        return super().change_view(request, object_id, form_url, extra_context)
+
     @admin.display(description="job")
     def job_link(self, obj: JobEvent):
         if obj.job is None:
@@ -927,6 +958,26 @@ class JobEventAdmin(OwnerScopedAdmin, BigTableAdmin):
             '<a href="{}">{}</a>', reverse("admin:jobs_job_change", args=[obj.job_id]), obj.job
         )
 
+    @admin.display(description="action", ordering="action")
+    def action_text(self, obj: JobEvent) -> str:
+        return event_action(obj.action)
+
     @admin.display(description="what changed")
-    def changes_summary(self, obj: JobEvent):
-        return format_html("<code>{}</code>", _changes_text(obj.changes))
+    def changes_lines(self, obj: JobEvent):
+        lines = changes.lines(obj.changes, JOB_FIELDS)
+        shown = [_short(line, LIST_CHANGE_CHARS) for line in lines[:LIST_CHANGE_LINES]]
+        if len(lines) > len(shown):
+            shown.append(f"… and {len(lines) - len(shown)} more (open the event)")
+        return self._changes_html(shown)
+
+    @admin.display(description="what changed")
+    def changes_list(self, obj: JobEvent):
+        return self._changes_html(changes.lines(obj.changes, JOB_FIELDS))
+
+    def _changes_html(self, lines: list[str]):
+        if not lines:
+            return self.get_empty_value_display()
+        return format_html(
+            '<ul class="punctual-changes">{}</ul>',
+            format_html_join("", "<li>{}</li>", ((line,) for line in lines)),
+        )

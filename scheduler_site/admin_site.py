@@ -33,6 +33,12 @@ class PunctualAdminSite(admin.AdminSite):
             *super().get_urls(),
         ]
 
+    def index(self, request, extra_context=None):
+        from ops.dashboard import attention_cards
+
+        extra_context = {**(extra_context or {}), "attention": attention_cards(request.user)}
+        return super().index(request, extra_context)
+
     def dashboard_view(self, request):
         from ops.dashboard import dashboard_view
 

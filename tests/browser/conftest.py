@@ -130,9 +130,11 @@ class Page:
         self.wait(EC.presence_of_element_located((By.ID, "user-tools")))
 
     def screenshot(self, name: str) -> Path:
-        """The whole page, not just the window (Chrome DevTools' full-page capture)."""
+        """The whole page, not just the window (Chrome DevTools' full-page capture),
+        at least as wide as the window."""
         SCREENSHOTS.mkdir(exist_ok=True)
         size = self.driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+        window = self.driver.execute_script("return document.documentElement.clientWidth")
         shot = self.driver.execute_cdp_cmd(
             "Page.captureScreenshot",
             {
@@ -141,7 +143,7 @@ class Page:
                 "clip": {
                     "x": 0,
                     "y": 0,
-                    "width": max(size["width"], WINDOW[0]),
+                    "width": max(size["width"], window),
                     "height": size["height"],
                     "scale": 1,
                 },

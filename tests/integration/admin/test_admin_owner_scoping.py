@@ -45,8 +45,8 @@ def test_owner_lists_show_only_their_own_jobs_runs_and_events(ann, ben, ann_clie
 
     assert "ann-nightly" in jobs and "ben-secret-job" not in jobs
     assert "ann-nightly" in runs and "ben-secret-job" not in runs
-    assert 'field-action">renamed<' in events
-    assert "ben-secret-job" not in events and 'field-action">paused<' not in events
+    assert 'field-action_text">Renamed<' in events
+    assert "ben-secret-job" not in events and 'field-action_text">Paused<' not in events
 
 
 def test_another_owners_objects_are_not_found_at_every_admin_url(ann, ben, ann_client):
