@@ -48,6 +48,7 @@ def test_the_receiver_s_answer_is_kept_as_the_response_and_a_success_has_no_erro
     assert list(flaky.attempts.values_list("response", flat=True)) == ["status"]
 
 
+@override_settings(PUNCTUAL_ALLOW_PRIVATE_TARGETS=True)
 def test_a_failing_test_delivery_makes_one_attempt_and_leaves_the_failure_streak(
     owner, receiver_url
 ):
