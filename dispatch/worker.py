@@ -44,11 +44,13 @@ import signal
 import threading
 import time
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 import uvloop
+from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, connections
 
 from dispatch import fleet, webhooks
@@ -144,8 +146,15 @@ class Worker:
         allow_private: bool | None = None,
         poll_interval: float = POLL_INTERVAL,
         drain_seconds: float | None = None,
+        owner_share: float | None = None,
     ) -> None:
         self.concurrency = concurrency
+        # The most runs of one owner in flight here at once (README "Claims"):
+        # one owner's slow receivers hold at most this many slots, and the
+        # rest stay free for everyone else's fires.
+        share = settings.PUNCTUAL_OWNER_SHARE if owner_share is None else owner_share
+        self.owner_cap = max(1, int(concurrency * share))
+        self.by_owner: Counter[int | None] = Counter()
         self.lease_seconds = lease_seconds
         self.drain_seconds = lease_seconds if drain_seconds is None else drain_seconds
         # How much earlier than the database this worker gives a lease up: room
@@ -258,6 +267,9 @@ class Worker:
             )
         finally:
             self.in_flight -= 1
+            self.by_owner[c.owner_id] -= 1
+            if self.by_owner[c.owner_id] <= 0:
+                del self.by_owner[c.owner_id]
             # Wake a claim loop that waits for free slots once enough are free
             # for a worthwhile batch. Waking it on every finished delivery made
             # it claim a run or two per statement, as fast as the database
@@ -278,7 +290,12 @@ class Worker:
             sent = asyncio.get_running_loop().time()
             try:
                 claimed = await self._db(
-                    leases.claim, self.name, limit=limit, lease_seconds=self.lease_seconds
+                    leases.claim,
+                    self.name,
+                    limit=limit,
+                    lease_seconds=self.lease_seconds,
+                    owner_cap=self.owner_cap,
+                    held={o: n for o, n in self.by_owner.items() if o is not None},
                 )
             except DatabaseError as exc:
                 log.warning("claim failed: database unavailable", extra={"error": str(exc)})
@@ -306,6 +323,7 @@ class Worker:
         if older is not None and older.task and not older.task.done():
             older.task.cancel()
         self.in_flight += 1
+        self.by_owner[c.owner_id] += 1
         held = _Held(c)
         self.held[(c.run_id, c.attempt)] = held
         held.task = asyncio.create_task(self._deliver(c))
@@ -533,6 +551,7 @@ class Worker:
             self._session = webhooks.make_session(limit=self.concurrency, **self.address_rule)
             try:
                 self.in_flight += len(claimed)
+                self.by_owner.update(c.owner_id for c in claimed)
                 await asyncio.gather(*(self._deliver(c) for c in claimed))
             finally:
                 await self._session.close()

@@ -21,7 +21,7 @@ import json
 import random
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -412,30 +412,70 @@ def shares(owners: list[int], limit: int, start: int) -> list[tuple[int, int]]:
     return [(owner, base + (1 if n < extra else 0)) for n, owner in enumerate(turn)]
 
 
-def _claim_waiting_fairly(cur, params: dict[str, Any], limit: int) -> list[Claimed]:
+class _Rooms:
+    """How many more runs of each owner a claim may take: ``cap`` less what
+    the claimer already holds of that owner."""
+
+    def __init__(self, cap: int, held: Counter[int]) -> None:
+        self.cap = cap
+        self.held = held
+
+    def __getitem__(self, owner: int) -> int:
+        return max(0, self.cap - self.held[owner])
+
+    def take(self, owner: int, n: int) -> None:
+        self.held[owner] += n
+
+
+# Rounds of FAIR_CLAIM in one claim: after the first, what the shares left
+# over goes to the owners that filled theirs (and have room under the cap).
+FAIR_ROUNDS = 3
+
+
+def _claim_waiting_fairly(
+    cur, params: dict[str, Any], limit: int, rooms: _Rooms | None = None
+) -> list[Claimed]:
     """Due waiting webhook runs, shared between the owners that have some
     (README "Claims"): each gets its share of ``limit``, and what shares
-    leave over goes to the oldest runs of whoever has more (CLAIM_WAITING).
-    A flood of one owner's runs then takes only its share of a batch, and
-    another owner's due run waits one claim, not behind the flood."""
+    leave over goes to whoever has more. A flood of one owner's runs then
+    takes only its share of a batch, and another owner's due run waits one
+    claim, not behind the flood. With ``rooms``, no owner gets more than its
+    room under the claimer's per-owner cap."""
     cur.execute(WAITING_OWNERS, params)
-    owners = [row["owner_id"] for row in cur.fetchall()]
+    waiting = [row["owner_id"] for row in cur.fetchall()]
+    owners = [o for o in waiting if rooms is None or rooms[o] > 0]
     if not owners:
         return []
+    if len(waiting) == 1 and (rooms is None or rooms[waiting[0]] >= limit):
+        # One owner, with room for the whole batch: the oldest due runs.
+        cur.execute(CLAIM_WAITING.format(scope=""), {**params, "limit": limit})
+        return [_claimed(row) for row in cur.fetchall()]
     claimed: list[Claimed] = []
-    if len(owners) > 1:
-        shared = shares(owners, limit, random.randrange(len(owners)))
+    start = random.randrange(len(owners))
+    for _ in range(FAIR_ROUNDS):
+        shared = shares(owners, limit - len(claimed), start % len(owners))
+        if rooms is not None:
+            shared = [(o, min(n, rooms[o])) for o, n in shared]
+        shared = [(o, n) for o, n in shared if n > 0]
+        if not shared:
+            break
         cur.execute(
             FAIR_CLAIM,
             {**params, "owners": [o for o, _ in shared], "shares": [n for _, n in shared]},
         )
-        claimed = [_claimed(row) for row in cur.fetchall()]
-        taken = Counter(c.owner_id for c in claimed)
+        got = [_claimed(row) for row in cur.fetchall()]
+        claimed += got
+        taken = Counter(c.owner_id for c in got)
+        if rooms is not None:
+            for o, n in taken.items():
+                if o is not None:
+                    rooms.take(o, n)
         # Only an owner that filled its share may have more due runs.
-        if len(claimed) == limit or all(taken[o] < n for o, n in shared):
-            return claimed
-    cur.execute(CLAIM_WAITING.format(scope=""), {**params, "limit": limit - len(claimed)})
-    return claimed + [_claimed(row) for row in cur.fetchall()]
+        owners = [o for o, n in shared if taken[o] == n and (rooms is None or rooms[o] > 0)]
+        if len(claimed) >= limit or not owners:
+            break
+        start = 0
+    return claimed
 
 
 def claim(
@@ -447,6 +487,8 @@ def claim(
     job_owner_id: int | None = None,
     job_id: uuid.UUID | None = None,
     now: dt.datetime | None = None,
+    owner_cap: int | None = None,
+    held: Mapping[int, int] | None = None,
 ) -> list[Claimed]:
     """Take up to ``limit`` runs: expired leases first, then due waiting runs,
     shared between owners (webhook runs; a pull worker's claim is its own
@@ -454,6 +496,11 @@ def claim(
 
     ``job_owner_id`` (and optionally ``job_id``) scopes a pull worker's claim
     to its owner's own jobs.
+
+    ``owner_cap`` is the most runs of one owner the caller may hold in flight
+    at once, and ``held`` how many of each owner's it holds now: a waiting run
+    of an owner at its cap is left for later, so that one owner's slow
+    deliveries never fill every slot (README "Claims").
     """
     scope = ""
     if job_owner_id is not None:
@@ -474,7 +521,12 @@ def claim(
             claimed = [_claimed(row) for row in cur.fetchall()]
             left = limit - len(claimed)
             if left > 0 and target_kind == "webhook" and not scope:
-                claimed += _claim_waiting_fairly(cur, params, left)
+                rooms = None
+                if owner_cap is not None:
+                    in_flight = Counter(held or {})
+                    in_flight.update(c.owner_id for c in claimed if c.owner_id is not None)
+                    rooms = _Rooms(owner_cap, in_flight)
+                claimed += _claim_waiting_fairly(cur, params, left, rooms)
             elif left > 0:
                 cur.execute(CLAIM_WAITING.format(scope=scope), {**params, "limit": left})
                 claimed += [_claimed(row) for row in cur.fetchall()]

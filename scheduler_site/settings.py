@@ -36,6 +36,7 @@ env = environ.Env(
     PUNCTUAL_LOGIN_FAILURE_LIMIT=(int, 10),
     PUNCTUAL_LOGIN_COOLOFF_MINUTES=(int, 15),
     PUNCTUAL_BACKFILL_RATE=(float, 10.0),
+    PUNCTUAL_OWNER_SHARE=(float, 0.5),
     PUNCTUAL_BACKLOG_DEGRADED_SECONDS=(float, 60.0),
     PUNCTUAL_TRANSACTION_POOLER=(bool, False),
     PUNCTUAL_LISTEN_DATABASE_URL=(str, ""),
@@ -107,6 +108,12 @@ PUNCTUAL_MAX_PAYLOAD_BYTES = _limit("PUNCTUAL_MAX_PAYLOAD_BYTES")
 PUNCTUAL_BACKFILL_RATE = env("PUNCTUAL_BACKFILL_RATE")
 if not 0.01 <= PUNCTUAL_BACKFILL_RATE <= 1_000_000:
     raise environ.ImproperlyConfigured("PUNCTUAL_BACKFILL_RATE must be between 0.01 and 1000000")
+# The largest share of one worker's delivery slots that one owner's runs may
+# hold at once (dispatch/worker.py, runs/leases.py claim): the rest stays free
+# for the other owners' fires, however slow the one owner's receivers are.
+PUNCTUAL_OWNER_SHARE = env("PUNCTUAL_OWNER_SHARE")
+if not 0.0 < PUNCTUAL_OWNER_SHARE <= 1.0:
+    raise environ.ImproperlyConfigured("PUNCTUAL_OWNER_SHARE must be above 0 and at most 1")
 # /api/v1/health/ answers degraded once the oldest claimable run has waited
 # longer than this (ops/health.py).
 PUNCTUAL_BACKLOG_DEGRADED_SECONDS = env("PUNCTUAL_BACKLOG_DEGRADED_SECONDS")

@@ -90,6 +90,43 @@ def test_a_paused_jobs_runs_are_not_claimed_and_do_not_use_a_share(owner, other_
     assert claimed_owners(batch) == [other_owner.pk] * 5
 
 
+def test_an_owner_at_the_claimers_cap_gets_no_more_runs(owner, other_owner):
+    flood(make_job(owner, overlap_policy="allow"), 100, before=T0 - 60 * S)
+    flood(make_job(other_owner, overlap_policy="allow"), 3, before=T0)
+    # The claimer already holds 8 of the flood's runs, under a cap of 10: the
+    # flood gets 2 more, the other owner all three, and the batch stays short.
+    batch = leases.claim(
+        "w1", limit=50, lease_seconds=30, now=T0 + S, owner_cap=10, held={owner.pk: 8}
+    )
+    assert claimed_owners(batch).count(owner.pk) == 2
+    assert claimed_owners(batch).count(other_owner.pk) == 3
+    # At the cap, the flood gets nothing, even with the batch's room to spare.
+    at_cap = leases.claim(
+        "w1", limit=50, lease_seconds=30, now=T0 + S, owner_cap=10, held={owner.pk: 10}
+    )
+    assert at_cap == []
+
+
+def test_one_owner_alone_is_held_to_the_cap(owner):
+    flood(make_job(owner, overlap_policy="allow"), 100, before=T0)
+    batch = leases.claim("w1", limit=50, lease_seconds=30, now=T0 + S, owner_cap=20, held={})
+    assert len(batch) == 20
+    # Without a cap, the whole batch.
+    assert len(leases.claim("w2", limit=50, lease_seconds=30, now=T0 + S)) == 50
+
+
+def test_what_the_shares_leave_goes_to_owners_with_room(owner, other_owner):
+    flood(make_job(owner, overlap_policy="allow"), 100, before=T0 - 60 * S)
+    flood(make_job(other_owner, overlap_policy="allow"), 100, before=T0)
+    # Shares of 10 are 5 each; the other owner has room for 2 only, so the
+    # flood takes the 8 left, up to its own cap.
+    batch = leases.claim(
+        "w1", limit=10, lease_seconds=30, now=T0 + S, owner_cap=10, held={other_owner.pk: 8}
+    )
+    assert claimed_owners(batch).count(other_owner.pk) == 2
+    assert claimed_owners(batch).count(owner.pk) == 8
+
+
 def test_shares_are_as_equal_as_whole_runs_allow():
     assert leases.shares([1, 2, 3], 10, 0) == [(1, 4), (2, 3), (3, 3)]
     assert leases.shares([1, 2, 3], 10, 2) == [(3, 4), (1, 3), (2, 3)]

@@ -1,13 +1,16 @@
-"""One owner's flood does not starve another owner's fires (README "Claims"),
+"""One owner's flood does not delay another owner's fires (README "Claims"),
 and the health check says so while it lasts (README "Health"), with a real
 dispatcher, a real worker and a loopback receiver per owner.
 
 Owner A has 1,500 one-second interval jobs and a 50,000-run backfill under
-``allow``, all due at once: far more than this machine delivers, so A's
-backlog only grows. Owner B has ten two-second jobs. Over the window every
-one of B's jobs is delivered, and /api/v1/health/ answers 503 naming the
-backlog's age. B's delivery lag (scheduled_at to the receiver's arrival) is
-printed: README "Claims" says what it is, and why it is not yet bounded.
+``allow``, all due at once, and A's receiver takes 5 s to answer each
+delivery: A's backlog cannot drain during the test on any machine (the
+worker's slots and the receiver's delay bound A's pace, not the CPU), and
+A's deliveries would fill every slot of the worker. Owner B has ten
+two-second jobs and a prompt receiver. Over the window every fire of B is
+delivered within a second of its time, A never holds more than its share of
+the worker's slots (PUNCTUAL_OWNER_SHARE), and /api/v1/health/ answers 503
+naming the backlog's age.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ WINDOW = 35.0  # seconds of B's fires measured
 A_JOBS = 1_500
 A_BACKFILL = 50_000
 B_JOBS = 10
+CONCURRENCY = 100
+OWNER_CAP = 50  # PUNCTUAL_OWNER_SHARE's default, 0.5, of CONCURRENCY
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -59,13 +64,13 @@ def test_a_flood_of_one_owner_does_not_delay_another_owners_fires(
     # Each owner has a receiver of its own, as on a real install: A's, flooded,
     # answers late, and that is A's lag, not B's.
     flooded = start_receiver(processes, tmp_path, "receiver-a")
-    flood_owner_a(owner_a, flooded.url("ok"))
+    flood_owner_a(owner_a, flooded.url("slow/5"))
     b_jobs = [
         make_job(owner_b, interval_seconds=2, url=receiver.url("ok"), name=f"b-{k}")
         for k in range(B_JOBS)
     ]
     processes.manage("dispatch")
-    processes.manage("work", "--concurrency", "100")
+    processes.manage("work", "--concurrency", str(CONCURRENCY))
     # Measured from B's first fire after both processes run, however long
     # they take to start on this machine.
     b_runs = Run.objects.filter(job__in=b_jobs)
@@ -119,15 +124,20 @@ def test_a_flood_of_one_owner_does_not_delay_another_owners_fires(
         f" A still waiting: {a_backlog}"
     )
     print(figures)
-    # What the test holds: B is served all through A's flood, every one of
-    # its jobs, where a claim oldest-first across owners gives B nothing at
-    # all (the wait for B's first delivery above times out). B's lag is
-    # printed, not asserted: README "Claims" gives the figures, and why the
-    # lag is not yet bounded on a loaded machine.
+    # What the test holds: B is served all through A's flood, every fire of
+    # it, within a second. A claim oldest-first across owners gives B
+    # nothing at all (the wait for B's first delivery above times out); a
+    # shared claim without the per-owner cap lets A's slow deliveries fill
+    # every slot, and B's fires wait seconds for one to free.
     delivered_jobs = {e["job_id"] for e in receiver.entries() if e["webhook_id"] in lags}
     assert delivered_jobs == b_ids, figures
-    assert len(lags) == states["succeeded"], figures
-    # The flood was real: A's backlog did not drain.
+    assert states["succeeded"] == len(in_window) and len(lags) == len(in_window), figures
+    assert p99 <= 1.0, figures
+    # A held its share of the worker's 100 slots and no more.
+    held_by_a = flooded.stats()["max_in_flight"]
+    assert 0 < held_by_a <= OWNER_CAP, f"A held {held_by_a} slots at once; {figures}"
+    # The flood was real: A's backlog did not drain (its pace is bounded by
+    # the receiver's delay, whatever the machine).
     assert a_backlog > 10_000, figures
     assert degraded, "health never answered 503 while A's backlog waited"
     reasons = [r for body in degraded for r in body["reasons"]]
