@@ -253,8 +253,11 @@ if _cooloff_minutes < 1:
 AXES_COOLOFF_TIME = dt.timedelta(minutes=_cooloff_minutes)
 AXES_CLIENT_IP_CALLABLE = "scheduler_site.signin.client_address"
 AXES_LOCKOUT_CALLABLE = "scheduler_site.signin.locked_out"
-# Each attempt during a lockout starts the cool-off again (axes' default, stated).
-AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = True
+# An attempt during a lockout is refused and writes nothing: the lockout ends a
+# cool-off after the failure that reached the limit. Recording it instead (axes'
+# default) appends each refused post to the attempt row, a row that grows and
+# is rewritten whole with every attempt of a client that keeps hammering.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 # A success does not clear the failures: an owner's own sign-in would
 # otherwise clear the count of the address they guess others' passwords from.
 AXES_RESET_ON_SUCCESS = False
