@@ -74,6 +74,9 @@ POLL_INTERVAL = 0.1
 DB_RETRY_EVERY = 1.0
 BEAT_EVERY = 2.0
 MAX_CLAIM = 200
+# How often the claim loop asks whether several owners have live webhook jobs
+# (the per-owner cap applies only then).
+OWNERS_EVERY = 30.0
 # At most this many seconds before the database's expiry, a lease this worker
 # could not extend is given up by its own clock (Worker._renewed).
 LAPSE_MARGIN = 1.0
@@ -153,8 +156,12 @@ class Worker:
         # one owner's slow receivers hold at most this many slots, and the
         # rest stay free for everyone else's fires.
         share = settings.PUNCTUAL_OWNER_SHARE if owner_share is None else owner_share
+        # It applies while more than one owner has live webhook jobs, which
+        # the claim loop checks every OWNERS_EVERY seconds.
         self.owner_cap = max(1, int(concurrency * share))
         self.by_owner: Counter[int | None] = Counter()
+        self._several_owners = True
+        self._owners_checked = -OWNERS_EVERY
         self.lease_seconds = lease_seconds
         self.drain_seconds = lease_seconds if drain_seconds is None else drain_seconds
         # How much earlier than the database this worker gives a lease up: room
@@ -289,12 +296,15 @@ class Worker:
             limit = min(free, MAX_CLAIM)
             sent = asyncio.get_running_loop().time()
             try:
+                if sent >= self._owners_checked + OWNERS_EVERY:
+                    self._several_owners = await self._db(leases.several_owners)
+                    self._owners_checked = sent
                 claimed = await self._db(
                     leases.claim,
                     self.name,
                     limit=limit,
                     lease_seconds=self.lease_seconds,
-                    owner_cap=self.owner_cap,
+                    owner_cap=self.owner_cap if self._several_owners else None,
                     held={o: n for o, n in self.by_owner.items() if o is not None},
                 )
             except DatabaseError as exc:

@@ -297,6 +297,28 @@ FAIR_CLAIM = (
     + _RETURNING_CLAIMED
 )
 
+# Worker claim loop, every OWNERS_EVERY seconds: whether more than one owner
+# has live webhook jobs. Only then does a worker cap what one owner holds in
+# flight (README "Claims"); an install with one owner uses every slot.
+SEVERAL_OWNERS = (
+    """
+    SELECT count(*) > 1 AS several FROM (
+        SELECT DISTINCT owner_id FROM jobs_job AS j
+        WHERE j.target_kind = 'webhook' """
+    + JOB_IS_LIVE
+    + """
+        LIMIT 2) AS o
+"""
+)
+
+
+def several_owners() -> bool:
+    """SEVERAL_OWNERS."""
+    with dict_cursor() as cur:
+        cur.execute(SEVERAL_OWNERS)
+        return bool(cur.fetchone()["several"])
+
+
 # A pull worker claims only its owner's jobs (optionally one of them).
 PULL_SCOPE = "AND j.owner_id = %(owner_id)s {job}"
 

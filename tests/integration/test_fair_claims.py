@@ -127,6 +127,19 @@ def test_what_the_shares_leave_goes_to_owners_with_room(owner, other_owner):
     assert claimed_owners(batch).count(owner.pk) == 8
 
 
+def test_the_cap_applies_only_while_several_owners_have_live_webhook_jobs(owner, other_owner):
+    make_job(owner)
+    assert not leases.several_owners()
+    theirs = make_job(other_owner)
+    assert leases.several_owners()
+    Job.objects.filter(pk=theirs.pk).update(state="paused")
+    assert not leases.several_owners()
+    Job.objects.filter(pk=theirs.pk).update(state="active", deleted_at=db_now())
+    assert not leases.several_owners()
+    Job.objects.filter(pk=theirs.pk).update(deleted_at=None, target_kind="pull")
+    assert not leases.several_owners()
+
+
 def test_shares_are_as_equal_as_whole_runs_allow():
     assert leases.shares([1, 2, 3], 10, 0) == [(1, 4), (2, 3), (3, 3)]
     assert leases.shares([1, 2, 3], 10, 2) == [(3, 4), (1, 3), (2, 3)]
