@@ -151,6 +151,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before sessions, CSRF and axes: a sign-in post that arrives while this
+    # process checks another is answered at once (scheduler_site/signin.py).
+    "scheduler_site.signin.OneSignInAtATime",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

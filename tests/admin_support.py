@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import socket
+import threading
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import MD5PasswordHasher
@@ -107,3 +108,17 @@ class CountingHasher(MD5PasswordHasher):
     def encode(self, password: str, salt: str) -> str:
         type(self).encodes += 1
         return super().encode(password, salt)
+
+
+class HeldHasher(CountingHasher):
+    """Checks a password only once ``release`` is set: a sign-in held in the
+    middle of its hashing, for as long as a test needs."""
+
+    algorithm = "held_md5"
+    hashing = threading.Event()
+    release = threading.Event()
+
+    def verify(self, password: str, encoded: str) -> bool:
+        type(self).hashing.set()
+        assert type(self).release.wait(timeout=60), "the test never released the hash"
+        return super().verify(password, encoded)

@@ -6,15 +6,17 @@ hashed. Hashing is counted by a real hasher (tests/admin_support.py)."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
 
 import pytest
 from axes.models import AccessAttempt
 from django.conf import settings as django_settings
+from django.db import connection
 from django.db.models import F
 from django.test import Client
 from django.urls import reverse
 
-from tests.admin_support import PASSWORD, CountingHasher
+from tests.admin_support import PASSWORD, CountingHasher, HeldHasher
 
 LOGIN = reverse("admin:login")
 LIMIT = 10  # PUNCTUAL_LOGIN_FAILURE_LIMIT's default
@@ -164,3 +166,40 @@ def test_behind_a_proxy_a_missing_or_malformed_header_counts_the_proxy(settings,
     headers = {"HTTP_X_FORWARDED_FOR": forwarded} if forwarded else {}
     assert fail(1, "nobody", address="10.0.6.1", **headers) == [200]
     assert list(AccessAttempt.objects.values_list("ip_address", flat=True)) == ["10.0.6.1"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sign_in_posted_while_another_is_checked_is_answered_at_once(settings, ann):
+    """One password hashed at a time per process: the second post, while the
+    first one's hash runs, gets 429 with Retry-After: 1 and is not counted."""
+    settings.PASSWORD_HASHERS = [
+        "tests.admin_support.HeldHasher",
+        "tests.admin_support.CountingHasher",
+    ]
+    ann.set_password(PASSWORD)
+    ann.save(update_fields=["password"])
+    HeldHasher.hashing.clear()
+    HeldHasher.release.clear()
+    first: list = []
+
+    def first_sign_in() -> None:
+        try:
+            first.append(sign_in("ann", "not-it"))
+        finally:
+            connection.close()  # the thread's own connection
+
+    worker = threading.Thread(target=first_sign_in)
+    worker.start()
+    try:
+        assert HeldHasher.hashing.wait(timeout=60), "the first sign-in never reached its hash"
+        before = AccessAttempt.objects.count()
+        busy = sign_in("ann", PASSWORD, address="10.0.9.9")
+        assert busy.status_code == 429 and busy["Retry-After"] == "1"
+        assert not busy.signed_in
+        assert AccessAttempt.objects.count() == before
+    finally:
+        HeldHasher.release.set()
+        worker.join(timeout=60)
+    assert first[0].status_code == 200  # the form again: a wrong password, checked
+    # Once the first is done, a sign-in goes through as usual.
+    assert sign_in("ann", PASSWORD, address="10.0.9.9").signed_in
