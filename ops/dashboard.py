@@ -223,8 +223,8 @@ def _claimable_card(user) -> Card:
         "Oldest waiting run",
         waited,
         items,
-        reverse("admin:runs_run_changelist") + "?status=pending",
-        "Pending runs",
+        reverse("admin:runs_run_changelist") + "?status=waiting",
+        "All waiting for a worker",
         "No run is waiting for a worker.",
     )
 

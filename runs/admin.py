@@ -17,6 +17,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
+from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Now
 from django.shortcuts import redirect
 from django.urls import path, reverse
@@ -39,6 +40,20 @@ RUNNING_STATUSES = ("running", "lease_expired")
 RUNNING_COLUMNS = ("worker", "lease")
 
 
+def waiting_for_a_worker(queryset):
+    """The runs the health check's backlog counts (ops/health.py
+    OLDEST_CLAIMABLE): waiting webhook runs that are due, of live jobs, and
+    not held back by a running run of their own skip/queue job."""
+    running = Run.objects.filter(job=OuterRef("job"), state=RunState.RUNNING, exclusive=True)
+    return queryset.filter(
+        state__in=[RunState.PENDING, RunState.RETRYING],
+        target_kind="webhook",
+        available_at__lte=Now(),
+        job__state="active",
+        job__deleted_at__isnull=True,
+    ).filter(Q(exclusive=False) | ~Exists(running))
+
+
 class RunStatusFilter(admin.SimpleListFilter):
     """The questions an owner asks, then the remaining states.
 
@@ -52,6 +67,7 @@ class RunStatusFilter(admin.SimpleListFilter):
         return [
             ("missed", "Missed"),
             ("late", f"Late (over {LATE_AFTER.seconds} s)"),
+            ("waiting", "Waiting for a worker"),
             ("running", "Running"),
             ("lease_expired", "Lease expired"),
             ("retrying", "Retrying"),
@@ -66,6 +82,8 @@ class RunStatusFilter(admin.SimpleListFilter):
         value = self.value()
         if value == "late":
             return queryset.late()
+        if value == "waiting":
+            return waiting_for_a_worker(queryset)
         if value == "lease_expired":
             return queryset.filter(state=RunState.RUNNING, lease_until__lt=Now())
         if value in RunState.values:

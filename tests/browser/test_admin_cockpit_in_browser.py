@@ -166,3 +166,47 @@ def test_history_opens_the_jobs_events_in_words(page):
 
     page.click_and_wait(page.driver.find_element(By.LINK_TEXT, "Edited"))
     assert "action=updated" in page.driver.current_url and len(rows(page)) == 1
+
+
+def test_the_run_page_reads_summary_then_attempts_and_the_late_filter_leaves_out_backfills(page):
+    from tests.admin_support import add_attempt
+
+    beat()
+    ann = make_owner("ann")
+    job = make_job(ann, name="ledger-sync")
+    now = db_now()
+    retrying = make_run(job, state="retrying", ago=120, available_at=now + dt.timedelta(seconds=90))
+    add_attempt(retrying, outcome="failed", status_code=503, worker="worker-6")
+    running = make_run(
+        make_job(ann, name="cache-warmup"),
+        state="running",
+        ago=20,
+        lease_owner="worker-7",
+        lease_until=now + dt.timedelta(seconds=20),
+    )
+    add_attempt(running, outcome="failed", status_code=502, worker="worker-5")
+    late = make_run(job, state="succeeded", ago=600, lag_seconds=30.0)
+    late_backfill = make_run(job, state="succeeded", ago=7200, lag_seconds=5000.0, kind="backfill")
+    page.log_in("ann")
+
+    # A retrying run: when its next attempt is, not "available at".
+    page.open(f"/admin/runs/run/{retrying.pk}/change/")
+    text = page.text
+    assert "Next attempt at" in text and "Available at" not in text
+
+    # A running run: the summary, then the attempts, then the lease, folded.
+    page.open(f"/admin/runs/run/{running.pk}/change/")
+    summary = page.find(".field-job_link")
+    attempts = page.find("#attempts-group")
+    lease = page.find("details")
+    assert summary.location["y"] < attempts.location["y"] < lease.location["y"]
+    assert lease.get_attribute("open") is None
+    assert "worker-7" not in lease.text  # folded: the lease's details are not shown
+    lease.find_element(By.TAG_NAME, "summary").click()
+    page.wait(lambda d: "worker-7" in page.find("details").text)
+
+    # Late: the late scheduled run, not the backfill.
+    page.open("/admin/runs/run/?status=late")
+    links = [a.get_attribute("href") for a in page.find_all("#result_list tbody th a")]
+    assert any(str(late.pk) in href for href in links), links
+    assert not any(str(late_backfill.pk) in href for href in links), links

@@ -3,8 +3,9 @@
 An owner with 50 jobs (crons and intervals, webhooks and pull queues), runs in
 every state over the last two days, a job the system paused after a failure
 streak, failing jobs, missed fires, a backfill, and audit events. Each page is
-opened in Chromium at 1400×900 and saved under ``.screenshots/`` (kept by CI
-as an artifact, ignored by git) twice: the window as a person sees it, and the
+opened in Chromium at 1400×900 and saved under ``.screenshots/`` in the
+checkout (ignored by git; every browser run writes them anew, `make test`
+and CI included) twice: the window as a person sees it, and the
 whole page (``_full``). Each must have answered 200, show no error, show the
 elements it is for, and be no wider than the window.
 """
@@ -17,6 +18,8 @@ import random
 import pytest
 from django.db import transaction
 from django.test import Client
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
 
 from accounts import tokens
 from core.db import db_now
@@ -164,7 +167,13 @@ def build_fleet(owner) -> dict[str, object]:
     job_verbs.resume(jobs[21], actor=owner, channel="admin")
     jobs[2].rotate_secret(actor=owner, channel="admin")
     job_verbs.trigger(jobs[3], actor=owner, channel="api")
-    return {"jobs": jobs, "nightly": nightly, "running": extra[0], "failed_job": jobs[1]}
+    return {
+        "jobs": jobs,
+        "nightly": nightly,
+        "running": extra[0],
+        "failed_job": jobs[1],
+        "auto_paused": jobs[4],
+    }
 
 
 def shoot(page, name: str, path: str, *, present: list[str]) -> None:
@@ -199,6 +208,7 @@ def test_every_admin_page_renders_at_1400_px_and_is_saved_as_a_screenshot(wide_p
     OwnerLimits.objects.create(owner=ann, jobs_per_owner=200, note="pilot customer")
     event = JobEvent.objects.filter(job=fleet["nightly"], action="updated").get()
     run: Run = fleet["running"]
+    auto: Job = fleet["auto_paused"]
 
     pages = [
         ("01_dashboard", "/admin/dashboard/", ["#attention", "#card-failing li a", "#fleet"]),
@@ -212,6 +222,14 @@ def test_every_admin_page_renders_at_1400_px_and_is_saved_as_a_screenshot(wide_p
         ("09_events_list", "/admin/jobs/jobevent/", ["#result_list", "ul.punctual-changes"]),
         ("10_event_page", f"/admin/jobs/jobevent/{event.pk}/change/", ["ul.punctual-changes"]),
         ("11_my_token", "/admin/token/", ["#content-main"]),
+        ("14_job_auto_paused", f"/admin/jobs/job/{auto.pk}/change/", ["#job-status #resume-job"]),
+        ("15_pause_form", f"/admin/jobs/job/{fleet['nightly'].pk}/pause/", ["#content-main form"]),
+        (
+            "16_rotate_confirm",
+            f"/admin/jobs/job/{fleet['nightly'].pk}/rotate-secret/",
+            ["#content-main form"],
+        ),
+        ("17_delete_confirm", f"/admin/jobs/job/{fleet['nightly'].pk}/delete/", ["#content form"]),
     ]
     client = Client()
     client.force_login(ann)
@@ -221,6 +239,25 @@ def test_every_admin_page_renders_at_1400_px_and_is_saved_as_a_screenshot(wide_p
     wide_page.log_in("ann")
     for name, path, present in pages:
         shoot(wide_page, name, path, present=present)
+    # The job form with its live preview filled in, as an owner types a cron.
+    shoot(wide_page, "18_job_add_preview", "/admin/jobs/job/add/", present=["#schedule-preview"])
+    for css, value in (("#id_interval_seconds", ""), ("#id_cron", "30 2 * * *")):
+        field = wide_page.find(css)
+        field.clear()
+        field.send_keys(value)
+    wide_page.wait(
+        EC.text_to_be_present_in_element((By.CSS_SELECTOR, "#schedule-preview"), "At 02:30")
+    )
+    preview = wide_page.find("#schedule-preview")
+    wide_page.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", preview)
+    wide_page.driver.save_screenshot(str(SCREENSHOTS / "18_job_add_preview.png"))
+    wide_page.screenshot("18_job_add_preview_full")
+
+    # A new owner's empty jobs list, with its hint.
+    make_owner("newcomer")
+    wide_page.driver.delete_all_cookies()
+    wide_page.log_in("newcomer")
+    shoot(wide_page, "19_jobs_list_empty", "/admin/jobs/job/", present=["#no-jobs-hint"])
 
     limits = [
         ("12_owner_limits", "/admin/jobs/ownerlimits/", ["#result_list"]),
@@ -234,4 +271,5 @@ def test_every_admin_page_renders_at_1400_px_and_is_saved_as_a_screenshot(wide_p
     for name, path, present in limits:
         shoot(wide_page, name, path, present=present)
     saved = {path.stem for path in SCREENSHOTS.glob("*.png")}
-    assert {name for name, _path, _present in pages + limits} <= saved
+    shot = {name for name, _path, _present in pages + limits}
+    assert shot | {"18_job_add_preview", "19_jobs_list_empty"} <= saved

@@ -1,4 +1,4 @@
-"""``make run`` for real, from a fresh clone (issue 6, "Must show").
+"""``make run`` for real, from a fresh clone.
 
 The clone is of this repository's committed HEAD, so the test checks what a
 newcomer gets, not the working tree. (``MAKE_RUN_TEST_SOURCE=worktree`` copies

@@ -184,3 +184,25 @@ def test_failed_runs_are_listed_newest_first_and_at_most_six(ann, ann_client):
     links = re.findall(r"/admin/runs/run/([0-9a-f-]+)/change/", card(page, "failed-runs"))
     assert links == [str(run.pk) for run in runs[:6]]
     assert Run.objects.filter(state="failed").count() == 8
+
+
+def test_the_oldest_claimable_card_links_to_the_runs_it_counts(ann, ann_client):
+    """The list behind "Oldest waiting run" is what the health check's backlog
+    counts: due waiting runs of live jobs that a worker could take now."""
+    due = make_run(make_job(ann, name="due"), state="pending", ago=300)
+    retry = make_run(make_job(ann, name="retry-due"), state="retrying", ago=200)
+    later = make_run(make_job(ann, name="later"), state="pending", ago=-600)
+    paused_job = make_job(ann, name="paused")
+    paused = make_run(paused_job, state="pending", ago=400)
+    job_verbs.pause(paused_job, actor=ann, channel="admin")
+    queued_job = make_job(ann, name="queued", overlap_policy="queue")
+    make_run(queued_job, state="running", ago=100, exclusive=True, lease_owner="w1")
+    behind = make_run(queued_job, state="pending", ago=50, exclusive=True)
+    page = ann_client.get(DASHBOARD).content.decode()
+    listed = ann_client.get(card_link(page, "oldest-claimable")).content.decode()
+    shown = {
+        run.pk
+        for run in (due, retry, later, paused, behind)
+        if reverse("admin:runs_run_change", args=[run.pk]) in listed
+    }
+    assert shown == {due.pk, retry.pk}
