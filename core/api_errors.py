@@ -25,6 +25,7 @@ from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
+from core import unavailable
 from core.errors import LimitExceeded, UserFacingError
 
 log = logging.getLogger("punctual.api")
@@ -55,6 +56,15 @@ class UnprocessableKey(exceptions.APIException):
 def exception_handler(exc, context):
     if isinstance(exc, LimitExceeded):
         return over_limit(exc)
+    if unavailable.lost_database(exc):
+        # A failover or an outage, not a bug: the client should try again.
+        unavailable.note(exc, context["request"].path)
+        set_rollback()
+        return Response(
+            {"detail": unavailable.MESSAGE},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(unavailable.RETRY_AFTER_SECONDS)},
+        )
     if isinstance(exc, Http404):
         # get_object_or_404 names the model, and says nothing at all for a
         # malformed id: one body for every missing object instead.
@@ -128,6 +138,7 @@ _COMMON_ERRORS = {
         "Too many requests for this owner, or over one of its rate limits"
         ' ({"detail": ..., "limit": "triggers_per_minute"}); see Retry-After.'
     ),
+    503: "The database is unavailable (a failover or an outage); try again after Retry-After.",
 }
 
 

@@ -160,6 +160,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # A view that loses the database answers 503 with Retry-After (failover).
+    "core.unavailable.DatabaseUnavailable",
     # Last, as django-axes requires: turns a locked-out sign-in into its 429 page.
     "axes.middleware.AxesMiddleware",
 ]

@@ -76,8 +76,9 @@ class PgBouncer:
     """One PgBouncer on a Unix socket in a private directory, forwarding every
     database name to the test server, ``auth_type = trust`` towards clients."""
 
-    def __init__(self, server: dict) -> None:
-        self.server = server  # Django's settings_dict of the test database
+    def __init__(self, server: dict, settings: dict[str, str] | None = None) -> None:
+        self.server = dict(server)  # Django's settings_dict of the test database
+        self.settings = settings or {}  # more [pgbouncer] settings
         self.user = server["USER"] or localdb.USER
         self.dir = Path(tempfile.mkdtemp(prefix="punctual-pgbouncer-"))
         self.proc: subprocess.Popen | None = None
@@ -100,11 +101,12 @@ class PgBouncer:
             f"default_pool_size = {POOL_SIZE}",
             f"logfile = {self.dir / 'pgbouncer.log'}",
         ]
+        lines += [f"{name} = {value}" for name, value in self.settings.items()]
         if run_as:
             lines.append(f"user = {run_as}")
         return "\n".join(lines) + "\n"
 
-    def start(self) -> PgBouncer:
+    def _write_config(self) -> Path:
         run_as = _run_as()
         password = (self.server["PASSWORD"] or "").replace('"', '""')
         (self.dir / "userlist.txt").write_text(f'"{self.user}" "{password}"\n')
@@ -114,6 +116,10 @@ class PgBouncer:
             entry = pwd.getpwnam(run_as)
             for path in (self.dir, *self.dir.iterdir()):
                 os.chown(path, entry.pw_uid, entry.pw_gid)
+        return ini
+
+    def start(self) -> PgBouncer:
+        ini = self._write_config()
         self.proc = subprocess.Popen(
             [binary() or "pgbouncer", str(ini)],
             stdout=subprocess.DEVNULL,
@@ -169,6 +175,16 @@ class PgBouncer:
         released): new ones see database-level settings changed since
         (``ALTER DATABASE … SET``), which a pooled connection never rereads."""
         self.admin("RECONNECT")
+
+    def point_at(self, host: str) -> None:
+        """Send every new server connection to ``host`` from now on, as a
+        failover manager does when it promotes a standby (Patroni's
+        ``on_role_change`` callback, or a virtual IP that moves): the config
+        is rewritten and reloaded, and PgBouncer replaces the server
+        connections whose address changed."""
+        self.server["HOST"] = host
+        self._write_config()
+        self.admin("RELOAD")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

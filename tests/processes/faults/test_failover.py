@@ -22,6 +22,21 @@ process must find it by itself and carry on.
   under two ids and that every lost fire is either made again or named by the
   auditor, not how many were lost.
 
+  The scenario must lose something to prove anything: it asserts that fires
+  were made again under their ids and delivered again under the same
+  ``webhook-id``.
+
+gunicorn serves the API throughout: while no server accepts writes, a write
+answers 503 with ``Retry-After`` (never a 500) and health answers 503; after
+the promotion the same gunicorn takes writes again, and a run triggered
+through it is delivered.
+
+In the pooled run (``make test-pooler``) every process reaches the pair
+through a PgBouncer in transaction mode, pointed at the primary and re-pointed
+at the promoted standby, as Patroni's ``on_role_change`` callback or a moving
+virtual IP does; only the workers' ``LISTEN`` connections and ``migrate`` use
+the pair's multi-host URL directly (README "Connection poolers").
+
 Both print what they measured (``-s``, or the log of a failed test): the gap
 in deliveries, the fires made again with the same ids, the fires lost.
 """
@@ -41,9 +56,12 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
+import requests
 
+from ops import bench
 from ops.audit import read_receiver_log
 from scheduler_site import localdb
+from tests import pooler
 from tests.processes.conftest import ReceiverHandle, process_env, wait_until
 
 JOBS = 300
@@ -53,14 +71,19 @@ STANDBY = "replica"
 # The jobs, made by a process of their own against the pair (this test's
 # Django connection is the session's database, not the pair).
 SEED = """
-from django.contrib.auth import get_user_model
+from jobs.management.commands.create_owner import create_owner
 from jobs.models import Job
-owner = get_user_model().objects.create_user("failover", password="pw-failover-123")
+owner, key = create_owner("failover", password="pw-failover-123", superuser=False)
 for k in range({jobs}):
     Job(owner=owner, name=f"failover-{{k}}", url={url!r}, interval_seconds={interval},
         overlap_policy="allow", max_attempts=5, retry_backoff_seconds=1,
         timeout_seconds=10).save()
+print("TOKEN=" + key)
 """
+# The pooler in front of the pair gives up on a server it cannot reach within
+# seconds, so that a process meets the outage and retries, instead of
+# queueing for PgBouncer's default two minutes (README "High availability").
+POOLER_SETTINGS = {"query_wait_timeout": "3", "server_login_retry": "1"}
 
 OUTAGE_SEEN = ("database unavailable", "wake-up connection lost")
 
@@ -105,6 +128,17 @@ class Pair:
             waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
             return self.query(waiting)[0][0] > 0
         return receiver.stats()["count"] >= delivered + JOBS / INTERVAL
+
+    def pooler(self) -> pooler.PgBouncer:
+        """A PgBouncer in transaction mode in front of the primary."""
+        server = {
+            "HOST": str(localdb.socket_dir(self.primary)),
+            "PORT": None,
+            "USER": localdb.USER,
+            "PASSWORD": "",
+            "NAME": localdb.DATABASE,
+        }
+        return pooler.PgBouncer(server, settings=POOLER_SETTINGS).start()
 
     def stop(self) -> None:
         for data_dir in (self.standby, self.primary):
@@ -151,27 +185,92 @@ def servers_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
+class Web:
+    """gunicorn, as the Procfile runs it, and an owner's token."""
+
+    def __init__(self, processes, env: dict, token: str) -> None:
+        proc, port = bench._start_web(processes.tmp_path, env=env)
+        processes.adopt(proc, processes.tmp_path / "web.out")
+        self.base = f"http://127.0.0.1:{port}"
+        self.http = requests.Session()
+        self.http.headers["Authorization"] = f"Token {token}"
+
+    def get(self, path: str) -> requests.Response:
+        return self.http.get(self.base + path, timeout=60)
+
+    def sign_in(self, username: str, password: str) -> requests.Session:
+        """A browser's session, signed in to the admin."""
+        browser = requests.Session()
+        page = browser.get(f"{self.base}/admin/login/", timeout=60)
+        form = {
+            "username": username,
+            "password": password,
+            "csrfmiddlewaretoken": page.cookies["csrftoken"],
+            "next": "/admin/",
+        }
+        signed_in = browser.post(
+            f"{self.base}/admin/login/", data=form, timeout=60, headers={"Referer": page.url}
+        )
+        assert signed_in.url.endswith("/admin/"), signed_in.text[:500]
+        return browser
+
+    def trigger(self, job_id: str) -> requests.Response:
+        return self.http.post(f"{self.base}/api/v1/jobs/{job_id}/trigger/", timeout=60)
+
+
+def pair_env(pair: Pair, bouncer: pooler.PgBouncer | None) -> dict[str, str]:
+    """Every process's environment: the pair's URL, or the pooler in front of
+    it with the LISTEN connection on the pair's URL."""
+    if bouncer is None:
+        env = process_env(DATABASE_URL=pair.url)
+        env.pop("PUNCTUAL_LISTEN_DATABASE_URL", None)
+        env.pop("PUNCTUAL_TRANSACTION_POOLER", None)
+        return env
+    return process_env(
+        DATABASE_URL=bouncer.url(localdb.DATABASE),
+        PUNCTUAL_TRANSACTION_POOLER="true",
+        PUNCTUAL_LISTEN_DATABASE_URL=pair.url,
+    )
+
+
 @pytest.mark.parametrize("synchronous", [True, False], ids=["sync", "async"])
 def test_failover_to_a_promoted_standby(synchronous, processes, tmp_path, servers_dir):
     mode = "sync" if synchronous else "async"
     pair = Pair(servers_dir)
+    bouncer = None
     try:
         pair.start(synchronous)
-        _scenario(mode, pair, processes, tmp_path)
+        if pooler.requested():
+            bouncer = pair.pooler()
+        _scenario(mode, pair, bouncer, processes, tmp_path)
     finally:
+        if bouncer is not None:
+            bouncer.stop()
         pair.stop()
 
 
-def _scenario(mode: str, pair: Pair, processes, tmp_path: Path) -> None:
-    env = process_env(DATABASE_URL=pair.url)
+def _scenario(
+    mode: str, pair: Pair, bouncer: pooler.PgBouncer | None, processes, tmp_path: Path
+) -> None:
+    env = pair_env(pair, bouncer)
+    direct = pair_env(pair, None)  # migrate never goes through a pooler
     receiver = start_receiver(processes, tmp_path, env)
     t0 = time.monotonic()
-    run_to_end(processes, processes.manage("migrate", "-v", "0", env=env), "migrate")
+    run_to_end(processes, processes.manage("migrate", "-v", "0", env=direct), "migrate")
     seed = SEED.format(jobs=JOBS, url=receiver.url("ok"), interval=INTERVAL)
     since = pair.query("SELECT statement_timestamp() - interval '1 second'")[0][0]
-    run_to_end(processes, processes.manage("shell", "-c", seed, env=env), "seed")
+    seeder = processes.manage("shell", "-c", seed, env=env, name="seed")
+    run_to_end(processes, seeder, "seed")
+    token = Path(seeder.log_path).read_text().rsplit("TOKEN=", 1)[1].split()[0]
     print(f"[{mode}] two servers, migrated and seeded in {time.monotonic() - t0:.1f} s")
+    if bouncer is not None:
+        print(f"[{mode}] every process through PgBouncer, LISTEN direct")
 
+    web = Web(processes, env, token)
+    (a_job,) = pair.query("SELECT id::text FROM jobs_job ORDER BY name LIMIT 1")[0]
+    listed = web.get("/api/v1/jobs/?page_size=1")
+    assert listed.status_code == 200, listed.text
+    browser = web.sign_in("failover", "pw-failover-123")
     loops = [processes.manage("dispatch", env=env, name=f"dispatch{k}") for k in (0, 1)]
     loops += [
         processes.manage("work", "--lease-seconds", "5", env=env, name=f"work{k}") for k in (0, 1)
@@ -182,6 +281,10 @@ def _scenario(mode: str, pair: Pair, processes, tmp_path: Path) -> None:
         interval=0.5,
         message="deliveries flowing",
     )
+    if bouncer is not None:
+        # gunicorn, both dispatchers and both workers hold pooler clients.
+        clients = bouncer.admin("SHOW CLIENTS")
+        assert len(clients) >= 5, f"not every process goes through the pooler: {clients}"
     (sync_state,) = pair.query("SELECT sync_state FROM pg_stat_replication")[0]
     assert sync_state == mode, f"the standby replicates {sync_state}, not {mode}"
 
@@ -209,7 +312,20 @@ def _scenario(mode: str, pair: Pair, processes, tmp_path: Path) -> None:
         interval=0.2,
         message="every process to see the primary gone",
     )
+    # The web, meanwhile: no 500, and nothing written.
+    refused = web.trigger(a_job)
+    assert refused.status_code == 503, (refused.status_code, refused.text[:500])
+    assert refused.headers["Retry-After"] == "5"
+    assert "database is unavailable" in refused.json()["detail"]
+    health = web.get("/api/v1/health/")
+    assert health.status_code == 503, health.text
+    assert "database unavailable" in health.json()["reasons"], health.text
+    page = browser.get(f"{web.base}/admin/jobs/job/", timeout=60)
+    assert page.status_code == 503, (page.status_code, page.text[:500])
+    assert page.headers["Retry-After"] == "5"
     localdb.promote(pair.standby)
+    if bouncer is not None:
+        bouncer.point_at(str(localdb.socket_dir(pair.standby)))
     promoted = time.time()
     after = dt.datetime.fromtimestamp(promoted, dt.UTC)
     wait_until(
@@ -227,6 +343,26 @@ def _scenario(mode: str, pair: Pair, processes, tmp_path: Path) -> None:
     assert [p.poll() for p in loops] == [None] * 4, "a process died"
     for proc, offset in zip(loops, offsets, strict=True):
         met_the_outage(proc, offset)
+    # The same gunicorn takes writes again, and what it wrote is delivered.
+    page = browser.get(f"{web.base}/admin/jobs/job/", timeout=60)
+    assert page.status_code == 200, (page.status_code, page.text[:500])
+    triggered = web.trigger(a_job)
+    assert triggered.status_code == 201, triggered.text
+    manual_id = triggered.json()["id"]
+    wait_until(
+        lambda: (
+            pair.query("SELECT state FROM runs_run WHERE id = %s", [manual_id]) == [("succeeded",)]
+        ),
+        timeout=60,
+        interval=0.5,
+        message="the run triggered through the web after the promotion to be delivered",
+    )
+    wait_until(
+        lambda: web.get("/api/v1/health/").status_code == 200,
+        timeout=60,
+        interval=1,
+        message="health to answer ok on the new primary",
+    )
 
     for proc in loops[:2]:
         proc.send_signal(signal.SIGTERM)
@@ -279,6 +415,7 @@ def _scenario(mode: str, pair: Pair, processes, tmp_path: Path) -> None:
         json.dumps(
             {
                 "mode": mode,
+                "through_pgbouncer": bouncer is not None,
                 "fires_per_second": JOBS / INTERVAL,
                 "wal_bytes_never_sent": int(unsent),
                 "promoted_after_kill_s": round(promoted - killed, 2),
@@ -306,13 +443,24 @@ def _scenario(mode: str, pair: Pair, processes, tmp_path: Path) -> None:
     # Every run the old primary had is on the new one, or the auditor names its job.
     unnamed_lost = [i for i in lost if old_runs[i][0] not in report]
     assert not unnamed_lost, f"lost and the auditor is silent: {unnamed_lost[:10]}"
+    assert manual_id in {d.webhook_id for d in deliveries}, (
+        "the web's run never reached the receiver"
+    )
     if mode == "sync":
         # A delivery follows the claim's commit: every fire delivered before
         # the kill was committed, so its run row made then survives.
         acknowledged_lost = sorted(delivered_before - made_before_kill)
         assert not acknowledged_lost, f"acknowledged, then lost: {acknowledged_lost[:10]}"
         assert audit_ok, report
-    elif not lost:
+        return
+    # Asynchronous: the standby was a second's worth of commits behind, so
+    # runs the old primary had made are missing from the new one; each must
+    # come back under its own id (made again from the job's rolled-back
+    # next_fire_at), and deliveries whose claims were lost go out again under
+    # the same webhook-id.
+    assert made_again, "no fire was lost and made again: the standby was not behind"
+    assert delivered_before & delivered_after, "no delivery was repeated under its id"
+    if not lost:
         assert audit_ok, report
 
 
