@@ -1,4 +1,4 @@
-"""The API's rate limits, counted in the shared cache (README "Rate limits").
+"""The API's rate limits, counted in PostgreSQL (README "Rate limits").
 
 Two limits: each signed-in owner may make ``PUNCTUAL_API_RATE`` requests
 (keyed by user id), and each client address ``PUNCTUAL_API_ANON_RATE``
@@ -7,18 +7,19 @@ expired, rotated or revoked token (``charge_failed_authentication``, called
 by the authentication class, since DRF answers their 401 before any throttle
 runs).
 
-The counters live in Django's default cache, which is PostgreSQL by default
-(``PUNCTUAL_CACHE_URL``), so every gunicorn process on every host counts
-against the same number. Each counter is one small cache entry per client
-and fixed window ("requests in this minute"), incremented with
-``cache.incr``: atomic on Redis and Memcached; on the database cache a read
-then a write, so concurrent requests of one client may each count once less
-than they should. A client over the limit is refused until its window ends.
+Every gunicorn process on every host counts against the same number: one
+row per client in ``punctual_rate_counts`` (accounts migration 0004), with
+the end of its fixed window ("requests in this minute") and the requests
+counted in it. A counted request is one statement, ``COUNT``: an atomic
+upsert, so concurrent requests of one client never count once less; on an
+UNLOGGED table, so it never waits for a disk flush. A client over the limit
+is refused until its window ends. The dispatcher deletes the rows whose
+window has ended (``prune``), a row that the next request would restart.
 """
 
 from __future__ import annotations
 
-from django.core.cache import cache
+from django.db import connection
 from rest_framework.exceptions import Throttled
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
@@ -35,11 +36,11 @@ def client_address(request) -> str:
 
 class WindowRateThrottle(SimpleRateThrottle):
     """DRF's rate format and settings ("100/min" in DEFAULT_THROTTLE_RATES
-    under ``scope``), counted per fixed window in one cache entry.
+    under ``scope``), counted per fixed window in one row of ``punctual_rate_counts``.
 
     DRF's own SimpleRateThrottle keeps a list of every request time in one
-    entry, rewritten on each request: thousands of timestamps per owner at
-    the default rate, too heavy for a database cache.
+    cache entry, rewritten on each request: thousands of timestamps per owner
+    at the default rate.
     """
 
     cache_format = "punctual:throttle:%(scope)s:%(ident)s"
@@ -57,9 +58,9 @@ class WindowRateThrottle(SimpleRateThrottle):
     def count(self, key: str) -> bool:
         """Count one request under ``key``; False once over the rate."""
         now = self.timer()
-        window = int(now // self.duration)
-        self.wait_seconds = (window + 1) * self.duration - now
-        return _increment(f"{key}:{window}", self.duration) <= self.num_requests
+        window_ends = (int(now // self.duration) + 1) * self.duration
+        self.wait_seconds = window_ends - now
+        return _increment(key, window_ends) <= self.num_requests
 
     def wait(self) -> float:
         return self.wait_seconds
@@ -101,14 +102,33 @@ def charge_failed_authentication(request: Request) -> None:
         raise Throttled(wait=throttle.wait())
 
 
-def _increment(key: str, timeout: int) -> int:
-    """Add one to the counter ``key``, creating it for ``timeout`` seconds."""
-    try:
-        return cache.incr(key)
-    except ValueError:  # no such entry yet (or it expired)
-        if cache.add(key, 1, timeout):
-            return 1
-    try:
-        return cache.incr(key)  # another process added it first
-    except ValueError:
-        return 1  # the cache refused the write: let the request through
+# One counted request: the client's row (``key``) is created, or counted
+# into, or restarted at 1 when the request belongs to a later window than the
+# row's. A window end from a host whose clock runs behind counts into the
+# current window rather than restarting it.
+COUNT = """
+    INSERT INTO punctual_rate_counts AS c (key, window_ends, hits)
+    VALUES (%s, to_timestamp(%s), 1)
+    ON CONFLICT (key) DO UPDATE SET
+        hits = CASE WHEN EXCLUDED.window_ends > c.window_ends THEN 1 ELSE c.hits + 1 END,
+        window_ends = GREATEST(c.window_ends, EXCLUDED.window_ends)
+    RETURNING hits
+"""
+
+# The rows whose window has ended (on the window_ends index).
+PRUNE = "DELETE FROM punctual_rate_counts WHERE window_ends < %s"
+
+
+def _increment(key: str, window_ends: float) -> int:
+    """Count one request under ``key`` in the window ending at
+    ``window_ends`` (Unix seconds); the requests counted in it so far."""
+    with connection.cursor() as cur:
+        cur.execute(COUNT, [key, window_ends])
+        return cur.fetchone()[0]
+
+
+def prune(now) -> int:
+    """Delete the counters whose window ended before ``now``; how many."""
+    with connection.cursor() as cur:
+        cur.execute(PRUNE, [now])
+        return cur.rowcount

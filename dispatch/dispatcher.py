@@ -21,7 +21,8 @@
 between ticks when a beat is due), then does housekeeping: heartbeat,
 ``resume_at`` auto-resumes, failing runs whose last lease expired,
 creating the coming days' run partitions, dropping the days past retention,
-and a small batch of retention pruning. ``run_forever()`` sleeps until the
+a small batch of retention pruning, and deleting the rate-limit counters whose
+window ended. ``run_forever()`` sleeps until the
 earliest next fire (capped at MAX_SLEEP) between rounds, so fires don't wait
 on a fixed poll.
 """
@@ -301,6 +302,7 @@ class Dispatcher:
             log.info("auto-resumed", extra={"job_id": str(job.pk)})
 
     def _reap_and_prune(self) -> None:
+        from accounts import throttles
         from runs import outcomes, partitions, retention
 
         now = queries.db_now()
@@ -330,6 +332,7 @@ class Dispatcher:
             keep_going=lambda: time.monotonic() <= budget_end and not self.stopping.is_set(),
         )
         fleet.prune(now)
+        throttles.prune(now)
 
     def seconds_until_next_fire(self, now: dt.datetime | None = None) -> float:
         """How long to sleep: until this shard's earliest next fire, within

@@ -333,10 +333,7 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
             # A bulk create looked up every name of its request in one query.
             return name in taken
         owner_id = job.owner_id if job else self.context["owner"].pk
-        clash = Job.objects.live().filter(owner_id=owner_id, name=name)
-        if job is not None:
-            clash = clash.exclude(pk=job.pk)
-        return clash.exists()
+        return Job.name_taken(owner_id, name, other_than=job.pk if job else None)
 
 
 @extend_schema_serializer(description="The job as saved, with its schedule's warnings.")

@@ -306,15 +306,6 @@ STATIC_ROOT = BASE_DIR / "var" / "static"
 
 LOGIN_URL = "admin:login"
 
-# The API's rate-limit counters (accounts/throttles.py). They must be shared by
-# every web process, so the default is the database cache, in the table that
-# the accounts migrations create. Any django-environ cache URL works
-# (rediscache://host:6379/1). The database cache counts its rows on each write
-# and culls at MAX_ENTRIES, so keep that above the clients active in a minute.
-CACHES = {"default": env.cache_url("PUNCTUAL_CACHE_URL", default="dbcache://punctual_cache")}
-if CACHES["default"]["BACKEND"] == "django.core.cache.backends.db.DatabaseCache":
-    CACHES["default"].setdefault("OPTIONS", {}).setdefault("MAX_ENTRIES", 10_000)
-
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "accounts.authentication.ApiTokenAuthentication",

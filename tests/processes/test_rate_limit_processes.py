@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import requests
 from django.contrib.auth import get_user_model
-from django.core.cache import cache
 
 from accounts import tokens
+from tests.integration.api.support import forget_rate_counts
 from tests.processes.conftest import free_port, process_env, wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -65,7 +65,7 @@ def processes_that_answered(access_log: Path, path: str) -> set[str]:
 
 
 def test_two_gunicorn_processes_share_one_count(processes, tmp_path):
-    cache.clear()  # a transactional test commits its counters
+    forget_rate_counts()  # a transactional test commits its counters
     owner = get_user_model().objects.create_user("limited", is_staff=True)
     _, key = tokens.issue(owner)
     access_log = tmp_path / "access.log"
@@ -88,4 +88,4 @@ def test_two_gunicorn_processes_share_one_count(processes, tmp_path):
         return False
 
     wait_until(both_answered, timeout=60, message="both gunicorn processes in the access log")
-    cache.clear()
+    forget_rate_counts()

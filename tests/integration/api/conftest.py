@@ -4,12 +4,11 @@ client, and no real DNS (check_url resolves host names when a job is saved)."""
 from __future__ import annotations
 
 import pytest
-from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from accounts.throttles import WindowRateThrottle
 from jobs import targets
-from tests.integration.api.support import token_client
+from tests.integration.api.support import forget_rate_counts, token_client
 
 
 @pytest.fixture(autouse=True)
@@ -33,21 +32,21 @@ def _settings(settings):
 
 @pytest.fixture(autouse=True)
 def _fresh_throttles(request):
-    """The rate-limit counters live in the database cache: each test's
+    """The rate-limit counters live in ``punctual_rate_counts``: each test's
     transaction rolls its own back, but a transactional test commits them."""
     transactional = "transactional_db" in request.fixturenames
     if transactional:
         request.getfixturevalue("transactional_db")
-        cache.clear()
+        forget_rate_counts()
     yield
     if transactional:
-        cache.clear()
+        forget_rate_counts()
 
 
 @pytest.fixture
 def unlimited(monkeypatch):
     """No rate limits, for the tests that count a request's statements: the
-    limiter's own statements on the database cache would only blur them."""
+    limiter's own statement would only blur them."""
     monkeypatch.setattr(WindowRateThrottle, "THROTTLE_RATES", {"user": None, "anon": None})
 
 

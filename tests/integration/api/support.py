@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.db import connection
 from rest_framework.test import APIClient
 
 from accounts import tokens
@@ -28,3 +29,9 @@ def token_client(user) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {api_key(user)}")
     return client
+
+
+def forget_rate_counts() -> None:
+    """Delete every rate-limit counter (a transactional test commits its own)."""
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM punctual_rate_counts")
