@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Count
 from django.test import Client
 from django.urls import reverse
 
@@ -308,6 +309,52 @@ def test_deleted_jobs_do_not_count_and_paused_ones_do(settings, ann, ann_api):
     assert create_one(ann_api, None).status_code == 201
     answer = ann_api.post(JOBS, job_body("third"), format="json")
     assert answer.status_code == 403, answer.content
+
+
+def live_counts() -> dict[int, int]:
+    """The owners' live jobs as jobs_live_jobs holds them, and as the jobs
+    themselves say: the limit reads the first, so it must equal the second."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT owner_id, live FROM jobs_live_jobs WHERE live > 0")
+        held = dict(cur.fetchall())
+    counted = {
+        row["owner_id"]: row["n"]
+        for row in Job.objects.live().values("owner_id").annotate(n=Count("id"))
+    }
+    assert held == counted
+    return held
+
+
+def test_the_live_jobs_count_follows_every_way_a_job_comes_and_goes(ann, ann_api):
+    bob = make_owner("bob")
+    make_job(ann)
+    assert live_counts() == {ann.pk: 1}
+    bulk = ann_api.post(JOBS, [job_body(f"bulk-{i}") for i in range(5)], format="json")
+    assert bulk.status_code == 201, bulk.content
+    assert create_one(ann_api, None).status_code == 201
+    assert live_counts() == {ann.pk: 7}
+    doomed = Job.objects.get(name="bulk-0")
+    job_verbs.soft_delete(doomed)
+    job_verbs.soft_delete(doomed)  # a second delete changes nothing
+    job_verbs.pause(Job.objects.get(name="bulk-1"))  # paused jobs still count
+    assert live_counts() == {ann.pk: 6}
+    Job.objects.filter(name="bulk-2").update(owner=bob)  # a job given to another owner
+    Job.objects.filter(pk=doomed.pk).update(owner=bob)  # a deleted one counts for nobody
+    assert live_counts() == {ann.pk: 5, bob.pk: 1}
+    Job.objects.filter(name="bulk-3").update(deleted_at=None)  # already live: no change
+    assert live_counts() == {ann.pk: 5, bob.pk: 1}
+    Job.objects.filter(owner=ann, name__startswith="bulk-").delete()  # rows gone for good
+    assert live_counts() == {ann.pk: 2, bob.pk: 1}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_emptying_the_jobs_table_empties_the_live_jobs_count(owner):
+    """The tests' flush and the bench's reset TRUNCATE jobs_job."""
+    make_job(owner)
+    assert live_counts() == {owner.pk: 1}
+    with connection.cursor() as cur:
+        cur.execute("TRUNCATE jobs_job CASCADE")
+    assert live_counts() == {}
 
 
 def test_a_backfill_larger_than_the_hourly_limit_is_403_waiting_never_helps(settings, ann, ann_api):
