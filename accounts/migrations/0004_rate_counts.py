@@ -6,7 +6,12 @@ a disk flush (accounts/throttles.py).
 
 UNLOGGED means a crash empties the table, and a promoted standby starts
 with it empty: every client then starts a fresh window, which is all the
-table holds. The cache table it replaces is dropped.
+table holds.
+
+The old cache table stays: during a rolling upgrade (README "Upgrades and
+migrations") the web processes of the previous version still count in it
+until they are restarted, and this migration must not break them. Nothing
+reads it any more; a later release drops it.
 """
 
 from django.db import migrations
@@ -19,18 +24,9 @@ CREATE UNLOGGED TABLE punctual_rate_counts (
 );
 -- The dispatcher's prune of the windows that have ended (throttles.prune).
 CREATE INDEX punctual_rate_counts_window_ends ON punctual_rate_counts (window_ends);
-DROP TABLE IF EXISTS punctual_cache;
 """
 
-REVERSE = """
-DROP TABLE IF EXISTS punctual_rate_counts;
-CREATE TABLE IF NOT EXISTS punctual_cache (
-    cache_key varchar(255) NOT NULL PRIMARY KEY,
-    value text NOT NULL,
-    expires timestamp with time zone NOT NULL
-);
-CREATE INDEX IF NOT EXISTS punctual_cache_expires ON punctual_cache (expires);
-"""
+REVERSE = "DROP TABLE IF EXISTS punctual_rate_counts"
 
 
 class Migration(migrations.Migration):
