@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from core.db import db_now
 from dispatch import fleet
@@ -15,7 +15,7 @@ from dispatch.models import ProcessHeartbeat
 from jobs.models import Job
 from ops.audit import Rule, audit
 from runs import job_verbs, leases
-from runs.models import Run, RunKind
+from runs.models import Run, RunKind, Spread
 from tests.factories import at, make_job
 
 pytestmark = pytest.mark.django_db
@@ -209,3 +209,47 @@ def test_the_auditor_does_not_call_a_spread_backfill_stuck(owner, settings):
     report = audit(job_ids=[job.pk])
     assert Run.objects.filter(job=job).count() == 10
     assert [v for v in report.violations if v.rule == Rule.STUCK_WAITING] == []
+
+
+def test_a_claim_beside_one_job_s_partition_probes_by_job_not_the_whole_partition(
+    owner, other_owner
+):
+    """Regression: ANALYZE of a partition that holds one job's runs (here a
+    20,000-run backfill in the default partition) records job_id's distinct
+    values as 1, and the planner then scanned the whole partition for each
+    waiting run whose overlap it checked (runs/partitions.py JOB_ID_DISTINCT).
+    Counted in pages read, not seconds: about 400,000 pages before, a few
+    thousand now."""
+    far = db_now() - dt.timedelta(days=400)  # no day partition: the default one
+    big = make_job(owner, interval_seconds=60, overlap_policy="allow", start_at=far)
+    now = db_now()
+    # Not due for an hour (a spread backfill): the claim checks only the
+    # skip jobs' runs below, each one's overlap against every partition.
+    later = Spread(start=now + dt.timedelta(hours=1), step=S / 1000)
+    fires = [far + n * S for n in range(20_000)]
+    Run.objects.create_for_fires(big, fires, kind=RunKind.BACKFILL, spread=later)
+    skips = [make_job(owner, name=f"skip-{n}", overlap_policy="skip") for n in range(300)]
+    for job in skips:
+        Run.objects.create_for_fires(job, [now - S], kind=RunKind.SCHEDULED)
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE runs_run")
+        cur.execute(
+            "SELECT n_distinct FROM pg_stats WHERE tablename = 'runs_run_default'"
+            " AND attname = 'job_id'"
+        )
+        assert cur.fetchone()[0] < 0  # the override, not the sample's 1
+    params = {
+        "owners": [owner.pk],
+        "shares": [300],
+        "now": now,
+        "owner": "w1",
+        "lease": 30,
+        "grace": leases.DEADLINE_GRACE_SECONDS,
+    }
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + leases.FAIR_CLAIM, params)
+        plan = cur.fetchone()[0][0]["Plan"]
+        transaction.set_rollback(True)
+    assert plan["Actual Rows"] == 300
+    pages = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
+    assert pages < 100_000, pages

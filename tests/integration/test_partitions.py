@@ -74,6 +74,29 @@ def test_housekeeping_creates_the_coming_days_once():
         assert day in partitions.day_partitions("runs_attempt")
 
 
+def job_id_options() -> dict[str, list[str] | None]:
+    """Each partition of runs_run and the column options of its job_id."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT c.relname, a.attoptions FROM pg_inherits AS i"
+            " JOIN pg_class AS c ON c.oid = i.inhrelid"
+            " JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attname = 'job_id'"
+            " WHERE i.inhparent = 'runs_run'::regclass"
+        )
+        return dict(cur.fetchall())
+
+
+def test_every_runs_partition_counts_job_id_as_many_jobs_new_days_included():
+    # The migration's partitions (the default one included), and a day made
+    # later by the housekeeping, which CREATE TABLE ... LIKE would leave without.
+    made = partitions.ensure_partitions(today() + 50 * DAY, days_ahead=0)
+    options = job_id_options()
+    assert partitions.partition_name("runs_run", made[0]) in options
+    assert "runs_run_default" in options
+    wanted = [f"n_distinct={partitions.JOB_ID_DISTINCT}"]
+    assert {name: wanted for name in options} == options
+
+
 def test_the_dispatcher_s_housekeeping_makes_the_coming_week_and_drops_expired_days(owner):
     from dispatch.dispatcher import Dispatcher
 
