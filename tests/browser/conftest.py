@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
@@ -115,11 +116,31 @@ class Page:
     def text(self) -> str:
         return self.find("body").text
 
+    def wait_gone(self, element) -> None:
+        """Wait until ``element``'s page has been replaced. Selenium's
+        ``staleness_of`` knows only the stale-element error; chromedriver 156
+        may answer a query on an element of a page being replaced with an
+        "unknown error: … does not belong to the document" instead, which
+        means the same thing."""
+
+        def gone(_driver) -> bool:
+            try:
+                element.is_enabled()
+            except StaleElementReferenceException:
+                return True
+            except WebDriverException as exc:
+                if "does not belong to the document" in str(exc):
+                    return True
+                raise
+            return False
+
+        self.wait(gone)
+
     def click_and_wait(self, element) -> None:
         """Click something that loads a new page, and wait until it has."""
         old = self.find("html")
         element.click()
-        self.wait(EC.staleness_of(old))
+        self.wait_gone(old)
         self.wait(lambda d: d.execute_script("return document.readyState") == "complete")
 
     def log_in(self, username: str) -> None:

@@ -118,7 +118,7 @@ def test_the_runs_list_finds_by_job_time_and_id_with_why_in_view_at_1400_px(page
     option = page.find(".select2-results__option[aria-selected]")
     old = page.find("html")
     option.click()
-    page.wait(EC.staleness_of(old))
+    page.wait_gone(old)
     page.wait(lambda d: f"job__id__exact={nightly.pk}" in d.current_url)
     assert len(rows(page)) == 3 and all("nightly-report" in r for r in rows(page))
 
@@ -139,7 +139,7 @@ def test_the_runs_list_finds_by_job_time_and_id_with_why_in_view_at_1400_px(page
     box.send_keys(str(target.pk))
     old = page.find("html")
     box.send_keys(Keys.ENTER)
-    page.wait(EC.staleness_of(old))
+    page.wait_gone(old)
     assert len(rows(page)) == 1 and "billing-sync" in rows(page)[0]
 
     page.open("/admin/runs/run/?status=running")
