@@ -238,3 +238,59 @@ def test_a_database_error_while_auto_pausing_neither_kills_the_worker_nor_loses_
     run.refresh_from_db()
     assert (run.state, run.last_status_code) == ("failed", 410)
     assert list(run.attempts.values_list("number", "outcome")) == [(1, "permanent")]
+
+
+def test_a_lease_the_heartbeat_renewed_outlives_the_timer_set_at_its_claim(owner):
+    # One timer watches each claimed batch (Worker._renewed). A heartbeat that
+    # got through moves every run's lapse on: the claim's timer, when it
+    # fires, must leave those deliveries alone; the heartbeat's own timer
+    # gives them up if no later heartbeat got through.
+    runs = [job_verbs.trigger(make_job(owner, timeout_seconds=60)) for _ in range(2)]
+    worker = in_process_worker(lease_seconds=30)
+    cancelled_at: dict[str, list] = {}
+
+    async def scenario():
+        worker._wake = asyncio.Event()
+        await claim_once(worker)
+        held = list(worker.held.items())
+        assert sorted(key[0] for key, _ in held) == sorted(run.pk for run in runs)
+        at_claim = {h.lapse_at for _, h in held}
+        assert len(at_claim) == 1, "one claim, one lapse deadline"
+        [claim_deadline] = at_claim
+        await asyncio.sleep(0.01)
+        await worker._beat_leases()
+        renewed = {h.lapse_at for _, h in held}
+        assert len(renewed) == 1 and renewed.pop() > claim_deadline
+        # The claim's timer fires: the heartbeat renewed both leases since.
+        worker._lapse_due([key for key, _ in held], claim_deadline)
+        await asyncio.sleep(0)
+        cancelled_at["claim timer"] = [h.task.cancelled() for _, h in held]
+        # The heartbeat's timer fires with nothing renewed since: both lapse.
+        worker._lapse_due([key for key, _ in held], held[0][1].lapse_at)
+        await asyncio.sleep(0)
+        cancelled_at["heartbeat timer"] = [h.task.cancelled() for _, h in held]
+        assert worker.held == {}
+
+    run_in_loop(scenario)
+    assert cancelled_at == {"claim timer": [False, False], "heartbeat timer": [True, True]}
+
+
+def test_a_lease_nobody_renews_lapses_by_the_worker_s_own_clock(owner):
+    # No heartbeat gets through (the test sends none): the claim's own timer
+    # gives the delivery up just before the database's lease expires.
+    run = job_verbs.trigger(make_job(owner, timeout_seconds=60))
+    worker = in_process_worker(lease_seconds=1)
+
+    async def scenario():
+        worker._wake = asyncio.Event()
+        await claim_once(worker)
+        [(key, held)] = worker.held.items()
+        assert key == (run.pk, 1)
+        deadline = asyncio.get_running_loop().time() + 30
+        while not held.task.done():
+            assert asyncio.get_running_loop().time() < deadline, "the lease never lapsed"
+            await asyncio.sleep(0.02)
+        assert held.task.cancelled()
+        assert worker.held == {}
+
+    run_in_loop(scenario)
