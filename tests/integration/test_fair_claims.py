@@ -253,3 +253,49 @@ def test_a_claim_beside_one_job_s_partition_probes_by_job_not_the_whole_partitio
     assert plan["Actual Rows"] == 300
     pages = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
     assert pages < 100_000, pages
+
+
+@pytest.mark.parametrize("owners", [1, 2])
+def test_a_claim_costs_its_batch_not_the_backlog_of_due_runs(owner, other_owner, owners):
+    """Regression: the planner joined every due run to its job, checked each
+    one's turn (ITS_TURN: two probes per partition) and sorted them all, to
+    keep the batch's few (beside 20,000 due runs and 30 days of history, one
+    claim of 200 read 2.6 million pages). The claim now walks the claim index
+    in order and stops at its limit (runs/leases.py ORDERED_WALK). Counted in
+    pages read by the claim's own statement, as ``leases.claim`` sends it:
+    for 800 due runs, 12,457 before and 300 now (one owner), 16,580 before
+    with a second owner (the fair claim, in shares)."""
+    now = db_now()
+    for n in range(800):
+        job = make_job(owner, name=f"due-{n}", overlap_policy="skip")
+        Run.objects.create_for_fires(job, [now - S * (n + 1)], kind=RunKind.SCHEDULED)
+    if owners == 2:  # the fair claim, in owners' shares
+        job = make_job(other_owner, name="other", overlap_policy="skip")
+        Run.objects.create_for_fires(job, [now - S], kind=RunKind.SCHEDULED)
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE runs_run")
+        cur.execute("ANALYZE jobs_job")
+    plans = []
+    statement = leases.CLAIM_WAITING.format(scope="") if owners == 1 else leases.FAIR_CLAIM
+
+    def explain_the_claim(execute, sql, params, many, context):
+        if sql == statement:
+            # Measured in a savepoint, then the claim itself runs as sent.
+            with context["cursor"].connection.cursor() as cur:
+                cur.execute("SAVEPOINT explain_claim")
+                cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
+                plans.append(cur.fetchone()[0][0]["Plan"])
+                cur.execute("ROLLBACK TO SAVEPOINT explain_claim")
+        return execute(sql, params, many, context)
+
+    waiting = Run.objects.filter(job__owner=owner).order_by("available_at")
+    tenth = waiting.values_list("available_at", flat=True)[9]
+    with connection.execute_wrapper(explain_the_claim):
+        batch = leases.claim("w1", limit=10, lease_seconds=30, now=now)
+    # The first due runs in claim order, as before.
+    claimed = Run.objects.filter(pk__in=[c.run_id for c in batch], job__owner=owner)
+    assert claimed.count() == 10 - (owners - 1)
+    assert all(run.available_at <= tenth for run in claimed)
+    [plan] = plans[:1]
+    pages = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
+    assert pages < 2_000, pages
