@@ -322,6 +322,12 @@ class Worker:
             self._renewed([(c.run_id, c.attempt) for c in claimed], sent)
             if len(claimed) < limit:
                 await self._wakeup.wait(self._db)
+            elif self.concurrency - self.in_flight < self._refill_at:
+                # A full batch, and more due runs: claim again once enough
+                # deliveries have ended to free a worthwhile batch (_deliver
+                # wakes this loop then), not a run or two per statement as
+                # fast as the database thread goes.
+                await self._sleep(self.poll_interval)
 
     def _take(self, c: leases.Claimed, sent: float) -> None:
         """Start delivering a run claimed by a claim sent at ``sent`` (event
