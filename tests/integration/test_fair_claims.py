@@ -255,6 +255,7 @@ def test_a_claim_beside_one_job_s_partition_probes_by_job_not_the_whole_partitio
     assert pages < 100_000, pages
 
 
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("owners", [1, 2])
 def test_a_claim_costs_its_batch_not_the_backlog_of_due_runs(owner, other_owner, owners):
     """Regression: the planner joined every due run to its job, checked each
@@ -263,7 +264,7 @@ def test_a_claim_costs_its_batch_not_the_backlog_of_due_runs(owner, other_owner,
     claim of 200 read 2.6 million pages). The claim now walks the claim index
     in order and stops at its limit (runs/leases.py ORDERED_WALK). Counted in
     pages read by the claim's own statement, as ``leases.claim`` sends it:
-    for 800 due runs, 12,457 before and 300 now (one owner), 16,580 before
+    for 800 due runs, 12,457 before and 300 now (one owner), 12,435 before
     with a second owner (the fair claim, in shares)."""
     now = db_now()
     for n in range(800):
@@ -273,8 +274,10 @@ def test_a_claim_costs_its_batch_not_the_backlog_of_due_runs(owner, other_owner,
         job = make_job(other_owner, name="other", overlap_policy="skip")
         Run.objects.create_for_fires(job, [now - S], kind=RunKind.SCHEDULED)
     with connection.cursor() as cur:
-        cur.execute("ANALYZE runs_run")
-        cur.execute("ANALYZE jobs_job")
+        # Committed, and vacuumed: the rows an earlier test rolled back would
+        # otherwise still fill the pages each probe reads.
+        cur.execute("VACUUM ANALYZE runs_run")
+        cur.execute("VACUUM ANALYZE jobs_job")
     plans = []
     statement = leases.CLAIM_WAITING.format(scope="") if owners == 1 else leases.FAIR_CLAIM
 
@@ -298,4 +301,4 @@ def test_a_claim_costs_its_batch_not_the_backlog_of_due_runs(owner, other_owner,
     assert all(run.available_at <= tenth for run in claimed)
     [plan] = plans[:1]
     pages = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
-    assert pages < 2_000, pages
+    assert pages < 700, pages
