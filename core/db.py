@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from django.conf import settings
 from django.db import connections, models
 from django.db.models.fields import AutoFieldMixin
 from psycopg.rows import dict_row
@@ -52,26 +51,8 @@ def db_now(using: str = "default") -> dt.datetime:
         return cur.fetchone()[0].astimezone(dt.UTC)
 
 
-class _PreparingCursor(psycopg.Cursor):
-    """Prepares each statement on the server at its first execution, and
-    runs the prepared one from then on (``dict_cursor(prepared=True)``)."""
-
-    def execute(self, query, params=None, *, prepare=None, binary=None):  # type: ignore[override]
-        return super().execute(
-            query, params, prepare=True if prepare is None else prepare, binary=binary
-        )
-
-
-def prepares_statements() -> bool:
-    """Whether the hot statements are prepared on the server: on a direct
-    connection, yes; through a transaction pooler (``PUNCTUAL_TRANSACTION_POOLER``),
-    never, since the next transaction may run on a server connection that
-    never saw the statement prepared (README "Connection poolers")."""
-    return not settings.PUNCTUAL_TRANSACTION_POOLER
-
-
 @contextmanager
-def dict_cursor(using: str = "default", *, prepared: bool = False) -> Iterator[CursorWrapper]:
+def dict_cursor(using: str = "default") -> Iterator[CursorWrapper]:
     """A cursor whose rows are dicts keyed by column name (psycopg's dict_row).
 
     It binds parameters on the server, unlike the ORM's cursors: the hot
@@ -79,21 +60,15 @@ def dict_cursor(using: str = "default", *, prepared: bool = False) -> Iterator[C
     cursor would quote into the SQL text element by element (and the server
     would parse back). Server-side binding sends them as parameters. It is
     still Django's connection and transaction, wrapped as Django wraps its own
-    cursors (database errors, query logging in tests).
-
-    Binding is not preparing: Django's connection never prepares a statement
-    on the server (psycopg's ``prepare_threshold`` is None). ``prepared=True``
-    does, for the statements the dispatcher and the workers run many times a
-    second, unless ``prepares_statements()`` says a transaction pooler is in
-    the way: PostgreSQL then plans each of them once per connection, not on
-    every call. Planning a claim, which probes every day's partition of
-    runs_run, cost more than running it (README "Benchmarks").
+    cursors (database errors, query logging in tests). Binding is not
+    preparing: Django's connection never prepares a statement on the server
+    (psycopg's ``prepare_threshold`` is None), so the cursor works through a
+    transaction pooler (README "Connection poolers").
     """
     conn = connections[using]
     conn.ensure_connection()
-    cursor_class = _PreparingCursor if prepared and prepares_statements() else psycopg.Cursor
     # Typed Any: django-stubs expects Django's wrapper here, the runtime the DB-API cursor.
-    raw: Any = cursor_class(conn.connection, row_factory=dict_row)
+    raw: Any = psycopg.Cursor(conn.connection, row_factory=dict_row)
     cur = conn.make_debug_cursor(raw) if conn.queries_logged else conn.make_cursor(raw)
     with cur:
         yield cur

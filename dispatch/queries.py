@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
+
 from core.db import DB_NOW_SQL, dict_cursor
 from core.db import db_now as _db_now
 from runs import identity
@@ -233,7 +235,7 @@ def lock_due_jobs(
     now: dt.datetime, limit: int, shard: tuple[int, int] | None = None
 ) -> list[DueJob]:
     params: dict = {"now": now, "limit": limit}
-    with dict_cursor(prepared=True) as cur:
+    with dict_cursor() as cur:
         cur.execute(LOCK_DUE_JOBS.format(shard=_shard(params, shard)), params)
         return [DueJob(**row) for row in cur.fetchall()]
 
@@ -243,16 +245,14 @@ def dispatch_simple_intervals(
 ) -> tuple[int, dict[str, int]]:
     """The SQL fast path: returns (jobs advanced, runs created by state)."""
     params: dict = {"now": now, "limit": limit}
-    with dict_cursor(prepared=True) as cur:
+    with connection.cursor() as cur:
         cur.execute(LOCK_SIMPLE_INTERVALS.format(shard=_shard(params, shard)), params)
-        locked = cur.fetchone()
-        tids, names = locked["tids"], locked["names"]
+        tids, names = cur.fetchone()
         if tids is None:
             return 0, {}
         run_ids = ",".join(identity.ids_for_names(names.split(",")))
         cur.execute(DISPATCH_SIMPLE_INTERVALS, {"now": now, "tids": tids, "run_ids": run_ids})
-        row = cur.fetchone()
-        jobs, runs = row["jobs"], row["runs"]
+        jobs, runs = cur.fetchone()
     return jobs, ({"pending": runs} if runs else {})
 
 
@@ -261,7 +261,7 @@ def active_counts(job_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[int, in
     (uses run_active_idx). Jobs with neither are left out."""
     if not job_ids:
         return {}
-    with dict_cursor(prepared=True) as cur:
+    with dict_cursor() as cur:
         cur.execute(ACTIVE_COUNTS, {"ids": list(job_ids)})
         return {row["job_id"]: (row["running"], row["waiting"]) for row in cur.fetchall()}
 
@@ -319,7 +319,7 @@ def insert_runs_and_advance(
         "missed": [a.missed_counted for a in advances],
         "missed_since": [a.missed_since if a.missed_counted else None for a in advances],
     }
-    with dict_cursor(prepared=True) as cur:
+    with dict_cursor() as cur:
         cur.execute(INSERT_RUNS_AND_ADVANCE, params)
         return {row["state"]: row["runs"] for row in cur.fetchall()}
 

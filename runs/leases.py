@@ -328,7 +328,7 @@ SEVERAL_OWNERS = (
 
 def several_owners() -> bool:
     """SEVERAL_OWNERS."""
-    with dict_cursor(prepared=True) as cur:
+    with dict_cursor() as cur:
         cur.execute(SEVERAL_OWNERS)
         return bool(cur.fetchone()["several"])
 
@@ -552,7 +552,7 @@ def claim(
             "owner_id": job_owner_id,
             "job_id": job_id,
         }
-        with dict_cursor(prepared=True) as cur:
+        with dict_cursor() as cur:
             cur.execute(ORDERED_WALK)
             cur.execute(CLAIM_EXPIRED.format(scope=scope), params)
             claimed = [_claimed(row) for row in cur.fetchall()]

@@ -251,7 +251,7 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
     retrying_jobs = sorted({r.job_id for r in results if r.state == RETRYING})
     with transaction.atomic():
         now = now or db_now()
-        with dict_cursor(prepared=True) as cur:
+        with dict_cursor() as cur:
             if retrying_jobs:
                 cur.execute(LOCK_RETRYING_JOBS, {"ids": retrying_jobs})
             cur.execute(
@@ -298,7 +298,7 @@ def _insert_attempts(
 ) -> None:
     if not results:
         return
-    with dict_cursor(prepared=True) as cur:
+    with dict_cursor() as cur:
         cur.execute(
             INSERT_ATTEMPTS,
             {
@@ -348,7 +348,7 @@ def _update_streaks(results: list[Result], tests: set[uuid.UUID]) -> list[tuple[
     changed = [(job_id, reset, n) for job_id, (reset, n) in streaks.items() if reset or n]
     if not changed:
         return pauses
-    with dict_cursor(prepared=True) as cur:
+    with dict_cursor() as cur:
         cur.execute(
             JOB_STREAKS,
             {
@@ -375,7 +375,7 @@ def fail_exhausted(now: dt.datetime | None = None) -> int:
     from runs.models import Reason
 
     with transaction.atomic():
-        with dict_cursor(prepared=True) as cur:
+        with dict_cursor() as cur:
             cur.execute(FAIL_EXHAUSTED, {"now": now or db_now(), "reason": Reason.LEASE_EXHAUSTED})
             rows = cur.fetchall()
         for row in rows:
@@ -398,7 +398,7 @@ def fail_exhausted(now: dt.datetime | None = None) -> int:
 def cancel_stopped(now: dt.datetime | None = None) -> int:
     """Runs of paused or deleted jobs that nothing else will stop end
     ``cancelled`` (CANCEL_STOPPED). Returns the number of runs cancelled."""
-    with transaction.atomic(), dict_cursor(prepared=True) as cur:
+    with transaction.atomic(), dict_cursor() as cur:
         cur.execute(CANCEL_STOPPED, {"now": now or db_now()})
         rows = cur.fetchall()
     for row in rows:

@@ -205,21 +205,14 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # README "Connection poolers"): each transaction may run on another server
 # connection, so nothing may outlive a transaction on the server.
 PUNCTUAL_TRANSACTION_POOLER = env("PUNCTUAL_TRANSACTION_POOLER")
-# Through a transaction pooler, Django opens psycopg connections with
-# prepare_threshold=None: no statement is ever prepared on the server, so no
-# pooler (PgBouncer of any version, max_prepared_statements or not) meets a
-# prepared statement of another session. Keep it so: tests/processes/test_pooler.py
-# and tests/integration/test_prepared_statements.py notice otherwise.
+# Django opens psycopg connections with prepare_threshold=None: no statement is
+# ever prepared on the server, so no transaction pooler (PgBouncer of any
+# version, max_prepared_statements or not) meets a prepared statement of
+# another session. Keep it so: tests/processes/test_pooler.py notices otherwise.
 if PUNCTUAL_TRANSACTION_POOLER:
     # A queryset's .iterator() would declare a cursor WITH HOLD, which lives
     # in the session; Punctual streams none, but Django's own commands may.
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
-else:
-    # On a direct connection the dispatcher's and the workers' hot statements
-    # are prepared, each explicitly (core/db.py dict_cursor(prepared=True)).
-    # psycopg prepares nothing at all while the threshold is None; this one
-    # is never reached by counting, so no other statement is ever prepared.
-    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 2**31 - 1
 
 # The worker's LISTEN connection (dispatch/wakeup.py) is a session of its own:
 # through a transaction pooler the notifications never reach it. Empty: it

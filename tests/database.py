@@ -22,10 +22,7 @@ def subprocess_database_url() -> str:
     if len(ports) == 1:  # one port (or none) for every host
         ports = ports * len(hosts)
     netloc = ",".join(_host(host, port) for host, port in zip_longest(hosts, ports, fillvalue=""))
-    # libpq's options only: the settings add psycopg's own (prepare_threshold)
-    # in each process, by its own PUNCTUAL_TRANSACTION_POOLER.
-    libpq = {k: v for k, v in (db.get("OPTIONS") or {}).items() if k != "prepare_threshold"}
-    options = f"?{urlencode(libpq)}" if libpq else ""
+    options = f"?{urlencode(db['OPTIONS'])}" if db.get("OPTIONS") else ""
     return f"postgres://{auth}{netloc}/{db['NAME']}{options}"
 
 
