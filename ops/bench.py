@@ -1544,41 +1544,12 @@ def admin_pages(repeat: int) -> dict:
     return figures
 
 
-def history_runs() -> int:
-    """Finished bench runs in the days before today: what an earlier
-    ``history`` run left (the scenario ends with its history in place)."""
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT count(*) FROM runs_run WHERE scheduled_at < %s AND job_id IN"
-            " (SELECT id FROM jobs_job WHERE owner_id = %s AND name LIKE 'bench-history-%%')",
-            [dt.datetime.combine(db_now().date(), dt.time(), tzinfo=dt.UTC), bench_owner().pk],
-        )
-        return cur.fetchone()[0]
-
-
-def scenario_history(
-    *, runs: int, due: int, batch: int, repeat: int, reuse: bool = False, force: bool
-) -> dict:
-    """The hot path and the admin over ``runs`` finished runs of history
-    spread over the past 30 days (one partition a day), then again on an
-    empty runs table: the ratio says what the history costs. "Empty" has only
-    the partitions of today and the coming days. The history stays in place
-    until the empty round drops it; with ``reuse``, a history an earlier run
-    filled (and whose empty round did not run) is measured again unfilled."""
+def scenario_history(*, runs: int, due: int, batch: int, repeat: int, force: bool) -> dict:
+    """The hot path and the admin on an empty runs table, then again over
+    ``runs`` finished runs of history spread over the past 30 days (one
+    partition a day): the ratio says what the history costs. "Empty" has
+    only the partitions of today and the coming days."""
     from runs import partitions
-
-    existing = history_runs() if reuse else 0
-    if reuse and existing >= runs:
-        forget_hot_path_jobs()
-        fill = {"runs": existing, "days": HISTORY_DAYS, "reused": True}
-    else:
-        reset(force)
-        fill = fill_history(runs)
-    full = []
-    for _ in range(repeat):
-        full.append(hot_path(due, batch))
-        forget_hot_path_jobs()
-    admin_full = admin_pages(repeat)
 
     reset(force)
     partitions.drop_expired_days(dt.datetime.combine(db_now().date(), dt.time(), tzinfo=dt.UTC))
@@ -1587,6 +1558,14 @@ def scenario_history(
         empty.append(hot_path(due, batch))
         forget_hot_path_jobs()
     admin_empty = admin_pages(repeat)
+
+    reset(force)
+    fill = fill_history(runs)
+    full = []
+    for _ in range(repeat):
+        full.append(hot_path(due, batch))
+        forget_hot_path_jobs()
+    admin_full = admin_pages(repeat)
 
     def rates(rounds: list[dict]) -> dict:
         return {key: median_of([r[key] for r in rounds]) for key in rounds[0]}

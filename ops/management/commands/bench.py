@@ -76,14 +76,6 @@ class Command(BaseCommand):
             default=50_000_000,
             help="history: finished runs of history over 30 days (default %(default)s)",
         )
-        parser.add_argument(
-            "--reuse-history",
-            action="store_true",
-            help=(
-                "history: measure over the history an earlier run left, when it holds"
-                " --history-runs runs (filling 50 million takes about 11 minutes)"
-            ),
-        )
         parser.add_argument("--force", action="store_true", help="run beside foreign jobs")
 
     def handle(self, *args, **o):
@@ -186,8 +178,6 @@ class Command(BaseCommand):
                 "batch": o["batch_size"],
                 "repeat": o["repeat"],
             }
-            return params, bench.scenario_history(
-                **params, reuse=o["reuse_history"], force=o["force"]
-            )
+            return params, bench.scenario_history(**params, force=o["force"])
         params = {"inflight": o["inflight"], "delay": o["delay"], "workers": o["workers"] or 2}
         return params, bench.scenario_slow(**params, force=o["force"])
