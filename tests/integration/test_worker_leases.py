@@ -294,3 +294,42 @@ def test_a_lease_nobody_renews_lapses_by_the_worker_s_own_clock(owner):
         assert worker.held == {}
 
     run_in_loop(scenario)
+
+
+@pytest.mark.parametrize(("freed", "claims"), [(5, [100]), (50, [100, 50])])
+def test_after_a_full_batch_the_worker_claims_again_only_for_a_tenth_of_its_slots(
+    owner, freed, claims
+):
+    # 300 due runs, 100 slots: the first claim comes back full. If only a few
+    # deliveries ended meanwhile, the loop waits for more slots to free (here
+    # the wait ends the test) rather than claiming a few runs per statement;
+    # if a tenth of the slots or more are free, it claims again at once.
+    job = make_job(owner, overlap_policy="allow", timeout_seconds=60)
+    now = db_now()
+    Run.objects.create_for_fires(
+        job, [now - dt.timedelta(seconds=n + 1) for n in range(300)], kind="backfill"
+    )
+    worker = in_process_worker()
+    worker.concurrency = 100
+    worker._refill_at = 10
+    seen: list[int] = []
+
+    async def counting_db(fn, *args, **kwargs):
+        result = fn(*args, **kwargs)
+        if fn is worker_module.leases.claim:
+            seen.append(len(result))
+            worker.in_flight -= freed  # deliveries that ended while the claim ran
+        return result
+
+    worker._db = counting_db
+
+    async def scenario():
+        worker._wake = asyncio.Event()
+        await claim_once(worker)
+        for held in worker.held.values():
+            held.task.cancel()
+
+    run_in_loop(scenario)
+    assert seen[: len(claims)] == claims
+    if freed < worker._refill_at:
+        assert seen == claims, "claimed again for a few slots"
