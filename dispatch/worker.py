@@ -136,7 +136,7 @@ class _Held:
     claimed: leases.Claimed
     task: asyncio.Task | None = None
     # When the lease lapses by this worker's clock (event loop time), unless
-    # renewed first (_renewed); None once it is no longer watched.
+    # renewed first (_renewed); None until the claim's timer is set.
     lapse_at: float | None = None
 
 
@@ -348,10 +348,7 @@ class Worker:
 
     def _forget(self, key: tuple[uuid.UUID, int]) -> _Held | None:
         """Stop holding the run ``key`` (its lapse timer then finds it gone)."""
-        held = self.held.pop(key, None)
-        if held is not None:
-            held.lapse_at = None
-        return held
+        return self.held.pop(key, None)
 
     def _renewed(self, keys: list[tuple[uuid.UUID, int]], sent: float) -> None:
         """The database set the leases of ``keys`` to its own now + the lease,
