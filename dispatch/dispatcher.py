@@ -131,11 +131,12 @@ class Dispatcher:
         production passes None, and the database clock decides."""
         started = time.monotonic()
         with transaction.atomic():
-            now = now or queries.db_now()
+            db_time, floor = queries.now_and_floor()
+            now = now or db_time
             self._last_tick = (now, time.monotonic())
             fast = TickResult(now=now)
             fast.jobs, fast.created = queries.dispatch_simple_intervals(
-                now, self.batch_size, self.shard
+                now, self.batch_size, self.shard, floor
             )
             if fast.jobs >= self.batch_size:
                 fast.more = True
@@ -148,7 +149,7 @@ class Dispatcher:
                 return fast
             more = len(due) == limit
             exclusive_ids = [j.id for j in due if j.overlap_policy != "allow"]
-            active = queries.active_counts(exclusive_ids)
+            active = queries.active_counts(exclusive_ids, floor)
             runs: list[tuple] = []
             advances: list[queries.Advance] = []
             unreadable = []
@@ -308,6 +309,8 @@ class Dispatcher:
         now = queries.db_now()
         outcomes.cancel_stopped(now)
         outcomes.fail_exhausted(now)
+        # The claims' and the ticks' partition pruning (runs/partitions.py).
+        partitions.raise_active_floor(now)
         cutoff = now - dt.timedelta(days=settings.PUNCTUAL_RUN_RETENTION_DAYS)
         mono = time.monotonic()
         if mono >= self._next_partitions:

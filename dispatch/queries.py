@@ -18,8 +18,11 @@ from django.db import connection
 
 from core.db import DB_NOW_SQL, dict_cursor
 from core.db import db_now as _db_now
-from runs import identity
+from runs import identity, partitions
 from runs.planning import DueJob
+
+# The floor of a caller that read none: every run is scheduled after it.
+EPOCH = dt.datetime.min.replace(tzinfo=dt.UTC)
 
 # The columns of DueJob, in its field names.
 _DUE_COLUMNS = """
@@ -48,13 +51,15 @@ SHARD_FILTER = "AND mod(hashtext(id::text) & 2147483647, %(shards)s) = %(shard)s
 # Dispatcher tick, planned path: the runs each exclusive job already has
 # running and waiting, the input of the overlap rule (uses run_active_idx).
 # Read after the jobs are locked, so no other dispatcher adds a fire of these
-# jobs meanwhile.
+# jobs meanwhile. ``floor``: the active floor the tick read first
+# (runs/partitions.py), below which no run is unfinished.
 ACTIVE_COUNTS = """
     SELECT job_id,
            count(*) FILTER (WHERE state = 'running') AS running,
            count(*) FILTER (WHERE state <> 'running') AS waiting
     FROM runs_run
     WHERE job_id = ANY(%(ids)s::uuid[]) AND state IN ('pending', 'running', 'retrying')
+      AND scheduled_at >= %(floor)s
     GROUP BY job_id
 """
 
@@ -125,6 +130,7 @@ NOTHING_FOR_OVERLAP_TO_DECIDE = """
     (overlap_policy = 'allow' OR NOT EXISTS (
         SELECT 1 FROM runs_run AS a
         WHERE a.job_id = jobs_job.id AND a.state IN ('pending', 'running', 'retrying')
+          AND a.scheduled_at >= %(floor)s
           AND (a.state <> 'running' OR jobs_job.overlap_policy = 'skip')))
 """
 
@@ -224,6 +230,14 @@ def db_now() -> dt.datetime:
     return _db_now()
 
 
+def now_and_floor() -> tuple[dt.datetime, dt.datetime]:
+    """The database clock and the active floor, the first statement of a tick
+    (runs/partitions.py NOW_AND_FLOOR: the floor stays put until the tick
+    commits)."""
+    with connection.cursor() as cur:
+        return partitions.now_and_floor(cur)
+
+
 def _shard(params: dict, shard: tuple[int, int] | None) -> str:
     if not shard:
         return ""
@@ -241,10 +255,11 @@ def lock_due_jobs(
 
 
 def dispatch_simple_intervals(
-    now: dt.datetime, limit: int, shard: tuple[int, int] | None = None
+    now: dt.datetime, limit: int, shard: tuple[int, int] | None = None, floor: dt.datetime = EPOCH
 ) -> tuple[int, dict[str, int]]:
-    """The SQL fast path: returns (jobs advanced, runs created by state)."""
-    params: dict = {"now": now, "limit": limit}
+    """The SQL fast path: returns (jobs advanced, runs created by state).
+    ``floor``: the tick's active floor (the default bounds nothing)."""
+    params: dict = {"now": now, "limit": limit, "floor": floor}
     with connection.cursor() as cur:
         cur.execute(LOCK_SIMPLE_INTERVALS.format(shard=_shard(params, shard)), params)
         tids, names = cur.fetchone()
@@ -256,13 +271,16 @@ def dispatch_simple_intervals(
     return jobs, ({"pending": runs} if runs else {})
 
 
-def active_counts(job_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[int, int]]:
+def active_counts(
+    job_ids: Sequence[uuid.UUID], floor: dt.datetime = EPOCH
+) -> dict[uuid.UUID, tuple[int, int]]:
     """(running, waiting) runs per job; waiting is pending or retrying
-    (uses run_active_idx). Jobs with neither are left out."""
+    (uses run_active_idx). Jobs with neither are left out. ``floor``: the
+    tick's active floor (the default bounds nothing)."""
     if not job_ids:
         return {}
     with dict_cursor() as cur:
-        cur.execute(ACTIVE_COUNTS, {"ids": list(job_ids)})
+        cur.execute(ACTIVE_COUNTS, {"ids": list(job_ids), "floor": floor})
         return {row["job_id"]: (row["running"], row["waiting"]) for row in cur.fetchall()}
 
 

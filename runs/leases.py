@@ -28,7 +28,7 @@ from typing import Any
 from django.db import transaction
 
 from core.db import DB_NOW_SQL, db_now, dict_cursor
-from runs import notify
+from runs import notify, partitions
 
 # An attempt's deadline is its start + timeout_seconds + this grace. A
 # heartbeat never extends a lease past it, so a wedged worker that keeps
@@ -71,6 +71,14 @@ _RETURNING_CLAIMED = """
               r.attempt_started_at, r.owner_id
 """
 
+# Every unfinished run is scheduled at or after the active floor
+# (runs/partitions.py), which the claim reads first, FOR SHARE. Every
+# reference to runs_run in a claim that looks for unfinished runs carries this
+# bound, so the planner keeps only the days from the floor on: planning over
+# every day retention keeps (30 by default) cost more than running the claim.
+# The auditor (ops/audit.py) trusts no floor and uses ITS_TURN unbounded.
+FROM_FLOOR = "AND {alias}.scheduled_at >= %(floor)s"
+
 # Take the runs chosen by the CTE ``c``. Counting the attempt at claim time
 # means a worker that dies mid-delivery has still used an attempt: a receiver
 # that kills workers cannot loop forever, and the new attempt number is what
@@ -90,15 +98,17 @@ _TAKE = """
         lag_seconds = coalesce(r.lag_seconds, extract(epoch FROM %(now)s - r.scheduled_at))
     FROM c, jobs_job AS j
     WHERE r.id = c.id AND r.scheduled_at = c.scheduled_at AND j.id = r.job_id
+      AND r.scheduled_at >= %(floor)s
 """
 
 
-def record_lost_attempts(outcome: str, error: str) -> str:
+def record_lost_attempts(outcome: str, error: str, floor: str = "") -> str:
     """A CTE step over the locked runs ``c``: the attempt of each run in ``c``
     that was still ``running`` (its lease lost), recorded with ``outcome``.
     Waiting runs in ``c`` have no attempt in flight and get no row. ON
     CONFLICT: the attempt row may already exist when its worker wrote it just
-    before losing the lease."""
+    before losing the lease. ``floor``: FROM_FLOOR.format(alias="r") in a
+    claim."""
     return f"""
     ), lost AS (
         INSERT INTO runs_attempt
@@ -106,7 +116,7 @@ def record_lost_attempts(outcome: str, error: str) -> str:
         SELECT r.id, r.scheduled_at, r.attempt, r.lease_owner, r.attempt_started_at, %(now)s,
                '{outcome}', '{error}'
         FROM runs_run AS r JOIN c ON c.id = r.id AND c.scheduled_at = r.scheduled_at
-        WHERE r.state = 'running'
+        WHERE r.state = 'running' {floor}
         ON CONFLICT DO NOTHING
     )
 """
@@ -115,9 +125,8 @@ def record_lost_attempts(outcome: str, error: str) -> str:
 # The attempt that lost its lease, recorded as ``lease_expired``: shared by the
 # expired-lease claim below and the dispatcher's fail_exhausted
 # (runs/outcomes.py).
-RECORD_LOST_ATTEMPTS = record_lost_attempts(
-    "lease_expired", "lease expired: the worker stopped heartbeating"
-)
+_LEASE_EXPIRED = ("lease_expired", "lease expired: the worker stopped heartbeating")
+RECORD_LOST_ATTEMPTS = record_lost_attempts(*_LEASE_EXPIRED)
 
 # Only runs of live jobs are ever claimed, and the claim locks each job row
 # FOR KEY SHARE ... SKIP LOCKED next to its run row. Why no claim can start an
@@ -153,18 +162,20 @@ JOB_IS_LIVE = "AND j.state = 'active' AND j.deleted_at IS NULL"
 # (runs/partitions.py), and each probe visits every day's partition. Split,
 # each is a plain index probe per partition (not two bitmap scans and an OR),
 # and the "waiting since earlier" one skips the days after the run's own.
-ITS_TURN = """
+_ITS_TURN = """
     ((j.overlap_policy = 'allow' AND NOT r.exclusive) OR (NOT EXISTS (
         SELECT 1 FROM runs_run AS e
         WHERE e.job_id = r.job_id AND e.id <> r.id AND e.state = 'running'
-          AND (j.overlap_policy <> 'allow' OR e.exclusive))
+          AND (j.overlap_policy <> 'allow' OR e.exclusive) {floor})
     AND NOT EXISTS (
         SELECT 1 FROM runs_run AS e
         WHERE e.job_id = r.job_id AND e.id <> r.id
           AND (j.overlap_policy <> 'allow' OR e.exclusive)
           AND e.state IN ('pending', 'retrying') AND e.scheduled_at <= r.scheduled_at
-          AND (e.scheduled_at, e.id) < (r.scheduled_at, r.id))))
+          AND (e.scheduled_at, e.id) < (r.scheduled_at, r.id) {floor})))
 """
+ITS_TURN = _ITS_TURN.format(floor="")
+ITS_TURN_FROM_FLOOR = _ITS_TURN.format(floor=FROM_FLOOR.format(alias="e"))
 
 LOCK_RUN_AND_JOB = "FOR UPDATE OF r SKIP LOCKED FOR KEY SHARE OF j SKIP LOCKED"
 
@@ -181,6 +192,7 @@ CLAIM_EXPIRED = (
         SELECT r.id, r.scheduled_at FROM runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id
         WHERE r.state = 'running' AND r.target_kind = %(target)s
           AND r.lease_until < %(now)s AND r.attempt < r.max_attempts {scope}
+          AND r.scheduled_at >= %(floor)s
           """
     + JOB_IS_LIVE
     + """
@@ -188,7 +200,7 @@ CLAIM_EXPIRED = (
         LIMIT %(limit)s
         """
     + LOCK_RUN_AND_JOB
-    + RECORD_LOST_ATTEMPTS
+    + record_lost_attempts(*_LEASE_EXPIRED, floor=FROM_FLOOR.format(alias="r"))
     + _TAKE
     + _RETURNING_CLAIMED
 )
@@ -214,11 +226,12 @@ CLAIM_WAITING = (
         SELECT r.id, r.scheduled_at FROM runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id
         WHERE r.state IN ('pending', 'retrying') AND r.target_kind = %(target)s
           AND r.available_at <= %(now)s {scope}
+          AND r.scheduled_at >= %(floor)s
           """
     + JOB_IS_LIVE
     + """
           AND """
-    + ITS_TURN
+    + ITS_TURN_FROM_FLOOR
     + """
         ORDER BY r.available_at
         LIMIT %(limit)s
@@ -256,12 +269,13 @@ WAITING_OWNERS = """
     WITH RECURSIVE o AS (
         (SELECT owner_id, available_at FROM runs_run
          WHERE state IN ('pending', 'retrying') AND target_kind = 'webhook'
+           AND scheduled_at >= %(floor)s
          ORDER BY owner_id, available_at LIMIT 1)
         UNION ALL
         SELECT n.owner_id, n.available_at FROM o CROSS JOIN LATERAL (
             SELECT owner_id, available_at FROM runs_run
             WHERE state IN ('pending', 'retrying') AND target_kind = 'webhook'
-              AND owner_id > o.owner_id
+              AND scheduled_at >= %(floor)s AND owner_id > o.owner_id
             ORDER BY owner_id, available_at LIMIT 1) AS n
     )
     SELECT owner_id FROM o WHERE available_at <= %(now)s
@@ -293,11 +307,12 @@ FAIR_CLAIM = (
             WHERE r.owner_id >= o.owner_id AND r.owner_id <= o.owner_id
               AND r.state IN ('pending', 'retrying')
               AND r.target_kind = 'webhook' AND r.available_at <= %(now)s
+              AND r.scheduled_at >= %(floor)s
               """
     + JOB_IS_LIVE
     + """
               AND """
-    + ITS_TURN
+    + ITS_TURN_FROM_FLOOR
     + """
             ORDER BY r.owner_id, r.available_at
             LIMIT o.share
@@ -541,32 +556,33 @@ def claim(
     scope = ""
     if job_owner_id is not None:
         scope = PULL_SCOPE.format(job="AND j.id = %(job_id)s" if job_id else "")
-    with transaction.atomic():
+    with transaction.atomic(), dict_cursor() as cur:
+        cur.execute(ORDERED_WALK)
+        db_time, floor = partitions.now_and_floor(cur)
         params: dict[str, Any] = {
             "owner": owner,
             "lease": lease_seconds,
             "grace": DEADLINE_GRACE_SECONDS,
-            "now": now or db_now(),
+            "now": now or db_time,
+            "floor": floor,
             "target": target_kind,
             "limit": limit,
             "owner_id": job_owner_id,
             "job_id": job_id,
         }
-        with dict_cursor() as cur:
-            cur.execute(ORDERED_WALK)
-            cur.execute(CLAIM_EXPIRED.format(scope=scope), params)
-            claimed = [_claimed(row) for row in cur.fetchall()]
-            left = limit - len(claimed)
-            if left > 0 and target_kind == "webhook" and not scope:
-                rooms = None
-                if owner_cap is not None:
-                    in_flight = Counter(held or {})
-                    in_flight.update(c.owner_id for c in claimed if c.owner_id is not None)
-                    rooms = _Rooms(owner_cap, in_flight)
-                claimed += _claim_waiting_fairly(cur, params, left, rooms)
-            elif left > 0:
-                cur.execute(CLAIM_WAITING.format(scope=scope), {**params, "limit": left})
-                claimed += [_claimed(row) for row in cur.fetchall()]
+        cur.execute(CLAIM_EXPIRED.format(scope=scope), params)
+        claimed = [_claimed(row) for row in cur.fetchall()]
+        left = limit - len(claimed)
+        if left > 0 and target_kind == "webhook" and not scope:
+            rooms = None
+            if owner_cap is not None:
+                in_flight = Counter(held or {})
+                in_flight.update(c.owner_id for c in claimed if c.owner_id is not None)
+                rooms = _Rooms(owner_cap, in_flight)
+            claimed += _claim_waiting_fairly(cur, params, left, rooms)
+        elif left > 0:
+            cur.execute(CLAIM_WAITING.format(scope=scope), {**params, "limit": left})
+            claimed += [_claimed(row) for row in cur.fetchall()]
     return claimed
 
 

@@ -18,7 +18,28 @@ scheduled on 2026-12-01 and their attempts.
   holds a run that is pending, running or retrying: such a day is kept, and
   its finished runs are deleted row by row (runs/retention.py).
 
-Both take the tables' locks with a short ``lock_timeout``: a DDL statement
+- The active floor (``runs_active_floor``, one row): a time at or before
+  the ``scheduled_at`` of every run that is pending, running or retrying.
+  The hot statements that look for such runs (the claims, the dispatcher's
+  overlap checks) add ``scheduled_at >= floor``, so the planner keeps only
+  the days from the floor on: planning a claim costs the same with 30 days
+  of history as with none (each statement is planned afresh, and the
+  planner's time grows with the partitions it keeps). How it stays true:
+  - lowering: after each INSERT statement on ``runs_run``, a trigger lowers
+    the floor to the day of the oldest unfinished run the statement wrote,
+    if that is older (migration 0011). Only inserts make runs unfinished:
+    no statement moves a finished run back to waiting.
+  - raising: ``raise_active_floor()``, in the dispatchers' housekeeping,
+    sets it to the oldest unfinished run's day, never later than yesterday.
+    It holds ``FLOOR_LOCK_KEY`` exclusively (trying, never waiting), which
+    the trigger holds shared, so no run written but not yet committed is
+    left below it.
+  - reading: ``now_and_floor()`` reads it FOR SHARE, so a lowering cannot
+    commit while the reader's transaction uses the old value: a run it
+    writes below that value is seen by the reader's next transaction,
+    never missed by one that already read the floor.
+
+Both partition changes take the tables' locks with a short ``lock_timeout``: a DDL statement
 waiting for a long query would queue every claim and insert behind it. One
 that times out is retried at the next housekeeping round.
 """
@@ -30,6 +51,8 @@ import logging
 
 from django.db import OperationalError, connection, transaction
 
+from core.db import DB_NOW_SQL
+
 log = logging.getLogger("punctual.retention")
 
 # Today plus this many days ahead have their partitions at all times.
@@ -40,6 +63,11 @@ LOCK_TIMEOUT = "2s"
 # pg_advisory_xact_lock key: one partition change at a time, across all
 # dispatchers and prune_runs.
 ADVISORY_KEY = 0x50554E43  # "PUNC"
+
+# pg_advisory_xact_lock key of the active floor: held shared by the trigger
+# that lowers it (migration 0011 spells the same number), exclusively by
+# raise_active_floor().
+FLOOR_LOCK_KEY = 0x464C4F52  # "FLOR"
 
 # (parent, default partition), runs first: every statement that writes both
 # tables locks runs_run first, and so does every partition change here.
@@ -216,3 +244,65 @@ def drop_expired_days(cutoff: dt.datetime) -> tuple[list[dt.date], list[dt.date]
         dropped.append(day)
         log.info("partition dropped", extra={"day": day.isoformat()})
     return dropped, kept
+
+
+# ---------------------------------------------------------------------------
+# The active floor (see the module's docstring)
+# ---------------------------------------------------------------------------
+
+# First statement of a claim or a dispatcher tick: the database's now and the
+# floor, the row held FOR SHARE until the transaction ends.
+NOW_AND_FLOOR = f"""
+    SELECT {DB_NOW_SQL} AS now, since AS floor FROM runs_active_floor FOR SHARE
+"""
+
+# The oldest unfinished run in the default partition (any day may be there).
+OLDEST_ACTIVE_IN_DEFAULT = """
+    SELECT min(scheduled_at) FROM runs_run_default
+    WHERE state IN ('pending', 'running', 'retrying')
+"""
+
+SET_FLOOR = """
+    UPDATE runs_active_floor SET since = %(since)s WHERE since IS DISTINCT FROM %(since)s
+"""
+
+
+def _day_start(at: dt.datetime | dt.date) -> dt.datetime:
+    day = at.astimezone(dt.UTC).date() if isinstance(at, dt.datetime) else at
+    return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+
+
+def now_and_floor(cur) -> tuple[dt.datetime, dt.datetime]:
+    """NOW_AND_FLOOR, on the caller's cursor, inside the caller's transaction."""
+    cur.execute(NOW_AND_FLOOR)
+    row = cur.fetchone()
+    now, floor = (row["now"], row["floor"]) if isinstance(row, dict) else row
+    return now.astimezone(dt.UTC), floor
+
+
+def raise_active_floor(now: dt.datetime) -> dt.datetime | None:
+    """Set the floor to the start of the oldest unfinished run's day, and no
+    later than the start of yesterday (UTC), so the dispatcher's fires of
+    the last day never have to lower it. Returns the floor set, or None when
+    a run insert was in progress (the next round tries again).
+
+    Each check below is a statement of its own, after the lock: it sees every
+    insert that committed before the lock was taken, and no insert can
+    commit an unfinished run meanwhile (the trigger waits for the lock)."""
+    floor = _day_start(now) - dt.timedelta(days=1)
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [FLOOR_LOCK_KEY])
+        if not cur.fetchone()[0]:
+            return None
+        cur.execute(OLDEST_ACTIVE_IN_DEFAULT)
+        oldest = cur.fetchone()[0]
+        if oldest is not None:
+            floor = min(floor, _day_start(oldest))
+        for day in day_partitions():
+            if _day_start(day) >= floor:
+                break
+            if _has_active_runs(day):
+                floor = _day_start(day)
+                break
+        cur.execute(SET_FLOOR, {"since": floor})
+    return floor
