@@ -31,9 +31,9 @@ scheduled on 2026-12-01 and their attempts.
     no statement moves a finished run back to waiting.
   - raising: ``raise_active_floor()``, in the dispatchers' housekeeping,
     sets it to the oldest unfinished run's day, never later than yesterday.
-    It holds ``FLOOR_LOCK_KEY`` exclusively (trying, never waiting), which
-    the trigger holds shared, so no run written but not yet committed is
-    left below it.
+    It locks the row, then holds ``FLOOR_LOCK_KEY`` exclusively (trying,
+    never waiting), which the trigger holds shared, so no run written but
+    not yet committed is left below it.
   - reading: ``now_and_floor()`` reads it FOR SHARE, so a lowering cannot
     commit while the reader's transaction uses the old value: a run it
     writes below that value is seen by the reader's next transaction,
@@ -286,11 +286,16 @@ def raise_active_floor(now: dt.datetime) -> dt.datetime | None:
     the last day never have to lower it. Returns the floor set, or None when
     a run insert was in progress (the next round tries again).
 
-    Each check below is a statement of its own, after the lock: it sees every
-    insert that committed before the lock was taken, and no insert can
-    commit an unfinished run meanwhile (the trigger waits for the lock)."""
+    The row first, FOR UPDATE: it waits for the claims and ticks that read
+    the floor to end. Then the advisory lock, by trying: holding it while
+    waiting for the row would deadlock with a tick that holds the row FOR
+    SHARE and whose insert's trigger waits for the advisory lock. Each check
+    below is a statement of its own, after both: it sees every insert that
+    committed before, and no insert can commit an unfinished run meanwhile
+    (the trigger waits for the advisory lock)."""
     floor = _day_start(now) - dt.timedelta(days=1)
     with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SELECT since FROM runs_active_floor FOR UPDATE")
         cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [FLOOR_LOCK_KEY])
         if not cur.fetchone()[0]:
             return None

@@ -136,6 +136,34 @@ def test_a_lowering_waits_for_the_transactions_that_read_the_floor(owner):
     assert floor() == day_start(now - 5 * DAY)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_raise_beside_a_tick_that_writes_runs_does_not_deadlock(owner):
+    """Regression: the raise took the advisory lock, then waited for the
+    floor's row, which a tick held FOR SHARE; the tick's insert then waited
+    for the advisory lock in its trigger, and PostgreSQL aborted one of the
+    two as a deadlock. The raise now takes the row first."""
+    now = db_now()
+    job = make_job(owner, overlap_policy="allow")
+    read, go = threading.Event(), threading.Event()
+
+    def tick() -> int:
+        with transaction.atomic(), connection.cursor() as cur:
+            partitions.now_and_floor(cur)
+            read.set()
+            go.wait(30)
+            return Run.objects.create_for_fires(job, [now], kind=RunKind.SCHEDULED)
+
+    ticking = races.start(tick)
+    try:
+        assert read.wait(30)
+        raising = races.start(lambda: partitions.raise_active_floor(now))
+        wait_until(lambda: races.waits_for_a_lock(raising.pid), message="the raise waits")
+    finally:
+        go.set()
+    assert ticking.result() == 1
+    assert raising.result() == day_start(now) - DAY
+
+
 def _partition_days(node: dict) -> set[dt.date]:
     days = set()
     name = node.get("Relation Name", "")
