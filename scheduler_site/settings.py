@@ -6,6 +6,7 @@ See the configuration table in README.md. Settings hold wiring only: no logic.
 from __future__ import annotations
 
 import datetime as dt
+import os
 from pathlib import Path
 
 import environ
@@ -47,14 +48,15 @@ DEBUG = env("DEBUG")
 # With DEBUG on (development, `make run`) a missing SECRET_KEY means a fixed
 # development key, silently: every process of `make run` would otherwise warn
 # about a choice the developer made on purpose. Without DEBUG it is required.
+# Read as it is: django-environ takes a value that starts with "$" for the
+# name of another variable, and Django's own key generator makes such keys.
 _DEV_SECRET_KEY = "punctual-development-key-do-not-use-in-production"
-SECRET_KEY = env("SECRET_KEY", default=None)
-if not SECRET_KEY:
-    if not DEBUG:
-        raise environ.ImproperlyConfigured(
-            "SECRET_KEY is required when DEBUG is false (set DEBUG=true for development)"
-        )
-    SECRET_KEY = _DEV_SECRET_KEY
+_secret_key = os.environ.get("SECRET_KEY", "")
+if not _secret_key and not DEBUG:
+    raise environ.ImproperlyConfigured(
+        "SECRET_KEY is required when DEBUG is false (set DEBUG=true for development)"
+    )
+SECRET_KEY: str = _secret_key or _DEV_SECRET_KEY
 
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 

@@ -50,6 +50,21 @@ def test_check_deploy_is_clean_with_https_on():
     assert "System check identified no issues" in out.stdout
 
 
+def test_a_secret_key_that_starts_with_a_dollar_is_the_key_itself():
+    """Regression: django-environ read a key starting with "$" (one in about
+    50 of Django's generated keys) as another variable's name, found none,
+    and the process refused to start without a SECRET_KEY."""
+    key = "$" + get_random_secret_key()[1:]
+    out = manage(
+        "shell",
+        "-c",
+        "from django.conf import settings; print(settings.SECRET_KEY)",
+        env=production_env(SECRET_KEY=key),
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == key
+
+
 def test_check_deploy_warns_without_https():
     out = manage("check", "--deploy", "--fail-level", "WARNING", env=production_env())
     assert out.returncode != 0
