@@ -92,6 +92,7 @@ def test_the_readme_receiver_verifies_and_applies_each_fire_once(tmp_path, trans
 def test_the_configuration_table_names_every_setting_the_code_reads():
     settings_py = (ROOT / "scheduler_site" / "settings.py").read_text()
     read = set(re.findall(r"""env(?:\.\w+)?\(\s*["'](\w+)["']""", settings_py))
+    read |= set(re.findall(r"""os\.environ\.get\(\s*["'](\w+)["']""", settings_py))
     read |= set(re.findall(r"^\s+(\w+)=\(", settings_py, re.M))  # environ.Env(NAME=(type, default))
     read |= set(re.findall(r"""_limit\(\s*["'](\w+)["']""", settings_py))  # the limits
     assert {"DATABASE_URL", "SECRET_KEY", "PUNCTUAL_ENCRYPTION_KEYS"} <= read
