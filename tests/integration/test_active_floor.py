@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Callable
 
 import pytest
 from django.db import connection, transaction
@@ -41,6 +42,29 @@ def set_floor(since: dt.datetime) -> None:
 
 def claimed_ids(limit: int = 50) -> set:
     return {c.run_id for c in leases.claim("w1", limit=limit, lease_seconds=30)}
+
+
+def read_floor() -> None:
+    with connection.cursor() as cur:
+        partitions.now_and_floor(cur)
+
+
+def held_open(first: Callable[[], object], then: Callable[[], object] = lambda: None):
+    """On another connection, one transaction: ``first``, then a wait until
+    the returned event is set, then ``then`` (its value is the thread's
+    result), then the commit. Returns once ``first`` is done."""
+    done, release = threading.Event(), threading.Event()
+
+    def body() -> object:
+        with transaction.atomic():
+            first()
+            done.set()
+            release.wait(30)
+            return then()
+
+    other = races.start(body)
+    assert done.wait(30)
+    return other, release
 
 
 @pytest.mark.django_db
@@ -87,17 +111,10 @@ def test_a_raise_never_passes_a_run_written_but_not_yet_committed(owner):
     now = db_now()
     set_floor(dt.datetime.min.replace(tzinfo=dt.UTC))  # the insert has nothing to lower
     job = make_job(owner, overlap_policy="allow")
-    inserted, release = threading.Event(), threading.Event()
-
-    def backfill() -> None:
-        with transaction.atomic():
-            Run.objects.create_for_fires(job, [now - 5 * DAY], kind=RunKind.BACKFILL)
-            inserted.set()
-            release.wait(30)
-
-    other = races.start(backfill)
+    other, release = held_open(
+        lambda: Run.objects.create_for_fires(job, [now - 5 * DAY], kind=RunKind.BACKFILL)
+    )
     try:
-        assert inserted.wait(30)
         assert partitions.raise_active_floor(now) is None  # an insert in progress
     finally:
         release.set()
@@ -114,17 +131,8 @@ def test_a_lowering_waits_for_the_transactions_that_read_the_floor(owner):
     now = db_now()
     partitions.raise_active_floor(now)
     job = make_job(owner, overlap_policy="allow")
-    read, release = threading.Event(), threading.Event()
-
-    def reader() -> None:
-        with transaction.atomic(), connection.cursor() as cur:
-            partitions.now_and_floor(cur)
-            read.set()
-            release.wait(30)
-
-    first = races.start(reader)
+    first, release = held_open(read_floor)
     try:
-        assert read.wait(30)
         second = races.start(
             lambda: Run.objects.create_for_fires(job, [now - 5 * DAY], kind=RunKind.BACKFILL)
         )
@@ -144,18 +152,10 @@ def test_a_raise_beside_a_tick_that_writes_runs_does_not_deadlock(owner):
     two as a deadlock. The raise now takes the row first."""
     now = db_now()
     job = make_job(owner, overlap_policy="allow")
-    read, go = threading.Event(), threading.Event()
-
-    def tick() -> int:
-        with transaction.atomic(), connection.cursor() as cur:
-            partitions.now_and_floor(cur)
-            read.set()
-            go.wait(30)
-            return Run.objects.create_for_fires(job, [now], kind=RunKind.SCHEDULED)
-
-    ticking = races.start(tick)
+    ticking, go = held_open(
+        read_floor, lambda: Run.objects.create_for_fires(job, [now], kind=RunKind.SCHEDULED)
+    )
     try:
-        assert read.wait(30)
         raising = races.start(lambda: partitions.raise_active_floor(now))
         wait_until(lambda: races.waits_for_a_lock(raising.pid), message="the raise waits")
     finally:
