@@ -49,7 +49,7 @@ from django.db import (
 
 from dispatch import fleet, queries
 from jobs.schedules import jitter_offset
-from runs import job_verbs, notify
+from runs import job_verbs, notify, partitions
 from runs.planning import PENDING, plan_job
 
 log = logging.getLogger("punctual.dispatch")
@@ -131,7 +131,8 @@ class Dispatcher:
         production passes None, and the database clock decides."""
         started = time.monotonic()
         with transaction.atomic():
-            db_time, floor = queries.now_and_floor()
+            # The floor stays put until the tick commits (runs/partitions.py).
+            db_time, floor = partitions.now_and_floor()
             now = now or db_time
             self._last_tick = (now, time.monotonic())
             fast = TickResult(now=now)
@@ -304,7 +305,7 @@ class Dispatcher:
 
     def _reap_and_prune(self) -> None:
         from accounts import throttles
-        from runs import outcomes, partitions, retention
+        from runs import outcomes, retention
 
         now = queries.db_now()
         outcomes.cancel_stopped(now)

@@ -18,7 +18,7 @@ from django.db import connection
 
 from core.db import DB_NOW_SQL, dict_cursor
 from core.db import db_now as _db_now
-from runs import identity, partitions
+from runs import identity
 from runs.planning import DueJob
 
 # The floor of a caller that read none: every run is scheduled after it.
@@ -228,14 +228,6 @@ def db_now() -> dt.datetime:
     """The database clock; each tick reads it once and passes it along, so every
     comparison in the tick uses the same instant."""
     return _db_now()
-
-
-def now_and_floor() -> tuple[dt.datetime, dt.datetime]:
-    """The database clock and the active floor, the first statement of a tick
-    (runs/partitions.py NOW_AND_FLOOR: the floor stays put until the tick
-    commits)."""
-    with connection.cursor() as cur:
-        return partitions.now_and_floor(cur)
 
 
 def _shard(params: dict, shard: tuple[int, int] | None) -> str:

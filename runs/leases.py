@@ -558,7 +558,7 @@ def claim(
         scope = PULL_SCOPE.format(job="AND j.id = %(job_id)s" if job_id else "")
     with transaction.atomic(), dict_cursor() as cur:
         cur.execute(ORDERED_WALK)
-        db_time, floor = partitions.now_and_floor(cur)
+        db_time, floor = partitions.now_and_floor()
         params: dict[str, Any] = {
             "owner": owner,
             "lease": lease_seconds,

@@ -272,11 +272,11 @@ def _day_start(at: dt.datetime | dt.date) -> dt.datetime:
     return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
 
 
-def now_and_floor(cur) -> tuple[dt.datetime, dt.datetime]:
-    """NOW_AND_FLOOR, on the caller's cursor, inside the caller's transaction."""
-    cur.execute(NOW_AND_FLOOR)
-    row = cur.fetchone()
-    now, floor = (row["now"], row["floor"]) if isinstance(row, dict) else row
+def now_and_floor() -> tuple[dt.datetime, dt.datetime]:
+    """NOW_AND_FLOOR, inside the caller's transaction."""
+    with connection.cursor() as cur:
+        cur.execute(NOW_AND_FLOOR)
+        now, floor = cur.fetchone()
     return now.astimezone(dt.UTC), floor
 
 

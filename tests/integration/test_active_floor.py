@@ -44,11 +44,6 @@ def claimed_ids(limit: int = 50) -> set:
     return {c.run_id for c in leases.claim("w1", limit=limit, lease_seconds=30)}
 
 
-def read_floor() -> None:
-    with connection.cursor() as cur:
-        partitions.now_and_floor(cur)
-
-
 def held_open(first: Callable[[], object], then: Callable[[], object] = lambda: None):
     """On another connection, one transaction: ``first``, then a wait until
     the returned event is set, then ``then`` (its value is the thread's
@@ -131,7 +126,7 @@ def test_a_lowering_waits_for_the_transactions_that_read_the_floor(owner):
     now = db_now()
     partitions.raise_active_floor(now)
     job = make_job(owner, overlap_policy="allow")
-    first, release = held_open(read_floor)
+    first, release = held_open(partitions.now_and_floor)
     try:
         second = races.start(
             lambda: Run.objects.create_for_fires(job, [now - 5 * DAY], kind=RunKind.BACKFILL)
@@ -153,7 +148,8 @@ def test_a_raise_beside_a_tick_that_writes_runs_does_not_deadlock(owner):
     now = db_now()
     job = make_job(owner, overlap_policy="allow")
     ticking, go = held_open(
-        read_floor, lambda: Run.objects.create_for_fires(job, [now], kind=RunKind.SCHEDULED)
+        partitions.now_and_floor,
+        lambda: Run.objects.create_for_fires(job, [now], kind=RunKind.SCHEDULED),
     )
     try:
         raising = races.start(lambda: partitions.raise_active_floor(now))
