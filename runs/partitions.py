@@ -39,9 +39,9 @@ scheduled on 2026-12-01 and their attempts.
     writes below that value is seen by the reader's next transaction,
     never missed by one that already read the floor.
 
-Both partition changes take the tables' locks with a short ``lock_timeout``: a DDL statement
-waiting for a long query would queue every claim and insert behind it. One
-that times out is retried at the next housekeeping round.
+Both partition changes take the tables' locks with a short ``lock_timeout``:
+a DDL statement waiting for a long query would queue every claim and insert
+behind it. One that times out is retried at the next housekeeping round.
 """
 
 from __future__ import annotations
@@ -115,8 +115,14 @@ def _day_of(name: str) -> dt.date:
     return dt.datetime.strptime(name[-8:], "%Y%m%d").date()
 
 
+def _day_start(at: dt.datetime | dt.date) -> dt.datetime:
+    """Midnight UTC of ``at``'s day."""
+    day = at.astimezone(dt.UTC).date() if isinstance(at, dt.datetime) else at
+    return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+
+
 def _bounds(day: dt.date) -> tuple[str, str]:
-    lo = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+    lo = _day_start(day)
     return lo.isoformat(), (lo + dt.timedelta(days=1)).isoformat()
 
 
@@ -265,11 +271,6 @@ OLDEST_ACTIVE_IN_DEFAULT = """
 SET_FLOOR = """
     UPDATE runs_active_floor SET since = %(since)s WHERE since IS DISTINCT FROM %(since)s
 """
-
-
-def _day_start(at: dt.datetime | dt.date) -> dt.datetime:
-    day = at.astimezone(dt.UTC).date() if isinstance(at, dt.datetime) else at
-    return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
 
 
 def now_and_floor() -> tuple[dt.datetime, dt.datetime]:
