@@ -96,6 +96,18 @@ def insert_rows(objs: Sequence[models.Model], using: str = "default") -> None:
     """
     if not objs:
         return
+    sql, rows = rows_insert(objs, "%s", using)
+    with connections[using].cursor() as cur:
+        cur.execute(sql, [rows])
+    rows_inserted(objs, using)
+
+
+def rows_insert(
+    objs: Sequence[models.Model], placeholder: str, using: str = "default"
+) -> tuple[str, str]:
+    """``insert_rows``' statement, to run alone or as a part of a larger one
+    (a ``WITH`` clause), and its parameter: the rows as JSON, for
+    ``placeholder`` (``%s`` or ``%(name)s``). Call ``rows_inserted`` once it ran."""
     meta = type(objs[0])._meta
     connection = connections[using]
     quote = connection.ops.quote_name
@@ -111,14 +123,17 @@ def insert_rows(objs: Sequence[models.Model], using: str = "default") -> None:
         {name: f.pre_save(obj, add=True) for name, f in zip(names, fields, strict=True)}
         for obj in objs
     ]
-    with connection.cursor() as cur:
-        # Values are never spliced into the SQL: only column names and types
-        # from the model, and the rows as the one parameter.
-        cur.execute(
-            f"INSERT INTO {quote(meta.db_table)} ({columns})"
-            f" SELECT {columns} FROM jsonb_to_recordset(%s::jsonb) AS r({types})",
-            [json.dumps(rows, default=_json_value, separators=(",", ":"))],
-        )
+    # Values are never spliced into the SQL: only column names and types
+    # from the model, and the rows as the one parameter.
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({columns})"
+        f" SELECT {columns} FROM jsonb_to_recordset({placeholder}::jsonb) AS r({types})"
+    )
+    return sql, json.dumps(rows, default=_json_value, separators=(",", ":"))
+
+
+def rows_inserted(objs: Sequence[models.Model], using: str = "default") -> None:
+    """Mark ``objs`` as saved, as ``Model.save`` does, once their insert ran."""
     for obj in objs:
         obj._state.adding = False
         obj._state.db = using

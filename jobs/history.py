@@ -53,6 +53,21 @@ _OPEN = f"""
 OPEN_MISSING = _OPEN + " AND j.id = ANY(%(ids)s::uuid[])"
 
 
+# The first span of each job a statement inserts: for a statement whose
+# ``new_jobs`` clause (WITH) is that insert, returning the columns named here.
+# A new job has no span to close, and the clause's rows are exactly the new jobs.
+OPEN_FOR_NEW_JOBS = f"""
+    INSERT INTO jobs_schedulespan (
+        job_id, started_at, ended_at, state, cron, interval_seconds, timezone,
+        start_at, anchor, missed_count
+    )
+    SELECT j.id, %(at)s, NULL, {_ROW_STATE}, j.cron, j.interval_seconds, j.timezone,
+           j.start_at, j.created_at, 0
+    FROM new_jobs AS j
+"""
+NEW_JOBS_RETURN = "id, state, deleted_at, cron, interval_seconds, timezone, start_at, created_at"
+
+
 def open_missing_spans(at: dt.datetime) -> int:
     """Open a span for every job that has none: for jobs inserted in bulk by
     SQL (``manage.py bench``). Returns the spans opened."""

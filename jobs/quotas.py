@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -70,7 +70,15 @@ def limits_for(owner) -> Limits:
     jobs have no minimum interval beyond the field's own (1 s)."""
     with connection.cursor() as cur:
         cur.execute(OVERRIDES, [owner.pk])
-        row = cur.fetchone() or (None,) * len(OWNER_LIMITS)
+        row = cur.fetchone()
+    return limits_from(owner, row)
+
+
+def limits_from(owner, overrides: Sequence | None) -> Limits:
+    """``owner``'s limits from their overrides as ``OVERRIDES`` reads them
+    (None, or all NULL, without a row): for a caller that read them in a
+    statement of its own."""
+    row = overrides or (None,) * len(OWNER_LIMITS)
     values = {}
     for (name, (setting, _bounds)), override in zip(OWNER_LIMITS.items(), row, strict=True):
         values[name] = getattr(settings, setting) if override is None else override

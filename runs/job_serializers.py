@@ -330,7 +330,7 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
     def _name_taken(self, name: str, job: Job | None) -> bool:
         taken = self.context.get("taken_names")
         if taken is not None and job is None:
-            # A bulk create looked up every name of its request in one query.
+            # A create looked up every name of its request in one query.
             return name in taken
         owner_id = job.owner_id if job else self.context["owner"].pk
         return Job.name_taken(owner_id, name, other_than=job.pk if job else None)
