@@ -13,6 +13,7 @@ session time zone to UTC), so no value needs converting.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import uuid
 from collections.abc import Iterator, Sequence
@@ -108,7 +109,23 @@ def rows_insert(
     """``insert_rows``' statement, to run alone or as a part of a larger one
     (a ``WITH`` clause), and its parameter: the rows as JSON, for
     ``placeholder`` (``%s`` or ``%(name)s``). Call ``rows_inserted`` once it ran."""
-    meta = type(objs[0])._meta
+    fields, names, sql = _rows_insert_shape(type(objs[0]), using)
+    rows = [
+        {name: f.pre_save(obj, add=True) for name, f in zip(names, fields, strict=True)}
+        for obj in objs
+    ]
+    rows_json = json.dumps(rows, default=_json_value, separators=(",", ":"))
+    return sql.replace("<rows>", placeholder), rows_json
+
+
+@functools.cache
+def _rows_insert_shape(
+    model: type[models.Model], using: str
+) -> tuple[list[models.Field], list[str], str]:
+    """``rows_insert``'s fields, their columns and its statement for ``model``,
+    with ``<rows>`` where the parameter goes: the same for every insert, and
+    asking each field its column type was a twentieth of a single create."""
+    meta = model._meta
     connection = connections[using]
     quote = connection.ops.quote_name
     fields = [
@@ -119,17 +136,13 @@ def rows_insert(
     types = ", ".join(
         f"{quote(name)} {f.db_type(connection)}" for name, f in zip(names, fields, strict=True)
     )
-    rows = [
-        {name: f.pre_save(obj, add=True) for name, f in zip(names, fields, strict=True)}
-        for obj in objs
-    ]
     # Values are never spliced into the SQL: only column names and types
     # from the model, and the rows as the one parameter.
     sql = (
         f"INSERT INTO {quote(meta.db_table)} ({columns})"
-        f" SELECT {columns} FROM jsonb_to_recordset({placeholder}::jsonb) AS r({types})"
+        f" SELECT {columns} FROM jsonb_to_recordset(<rows>::jsonb) AS r({types})"
     )
-    return sql, json.dumps(rows, default=_json_value, separators=(",", ":"))
+    return fields, names, sql
 
 
 def rows_inserted(objs: Sequence[models.Model], using: str = "default") -> None:
