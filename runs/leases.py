@@ -540,8 +540,10 @@ def claim(
     now: dt.datetime | None = None,
     owner_cap: int | None = None,
     held: Mapping[int, int] | None = None,
+    expired: bool = True,
 ) -> list[Claimed]:
-    """Take up to ``limit`` runs: expired leases first, then due waiting runs,
+    """Take up to ``limit`` runs: expired leases first (unless ``expired`` is
+    False: a worker looks for them once a second), then due waiting runs,
     shared between owners (webhook runs; a pull worker's claim is its own
     owner's anyway).
 
@@ -570,8 +572,10 @@ def claim(
             "owner_id": job_owner_id,
             "job_id": job_id,
         }
-        cur.execute(CLAIM_EXPIRED.format(scope=scope), params)
-        claimed = [_claimed(row) for row in cur.fetchall()]
+        claimed: list[Claimed] = []
+        if expired:
+            cur.execute(CLAIM_EXPIRED.format(scope=scope), params)
+            claimed = [_claimed(row) for row in cur.fetchall()]
         left = limit - len(claimed)
         if left > 0 and target_kind == "webhook" and not scope:
             rooms = None

@@ -86,6 +86,18 @@ def test_expired_lease_is_taken_over_and_the_stale_completion_changes_nothing(ow
     ]
 
 
+def test_a_claim_told_not_to_look_for_expired_leases_leaves_them_for_the_next(owner):
+    """A worker looks for expired leases once a second (EXPIRED_EVERY), not in
+    every claim: a claim without the look takes only waiting runs."""
+    lost = pending_run(make_job(owner))
+    leases.claim("zombie", limit=1, lease_seconds=5, now=T0)
+    waiting = pending_run(make_job(owner), when=T0 + 5 * S)
+    taken = leases.claim("w2", limit=10, lease_seconds=5, now=T0 + 6 * S, expired=False)
+    assert [(c.run_id, c.attempt) for c in taken] == [(waiting.pk, 1)]
+    [c] = leases.claim("w2", limit=10, lease_seconds=5, now=T0 + 6 * S)
+    assert (c.run_id, c.attempt) == (lost.pk, 2)
+
+
 def test_retrying_run_becomes_claimable_after_its_backoff(owner):
     run = pending_run(make_job(owner))
     leases.claim("w1", limit=1, lease_seconds=5, now=T0)
