@@ -316,6 +316,8 @@ class Worker:
                     owner_cap=self.owner_cap if self._several_owners else None,
                     held={o: n for o, n in self.by_owner.items() if o is not None},
                     expired=expired,
+                    # One owner: no share to keep, so no scan of the owners.
+                    fair=self._several_owners,
                 )
                 if expired:
                     self._expired_checked = sent

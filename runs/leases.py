@@ -541,11 +541,14 @@ def claim(
     owner_cap: int | None = None,
     held: Mapping[int, int] | None = None,
     expired: bool = True,
+    fair: bool = True,
 ) -> list[Claimed]:
     """Take up to ``limit`` runs: expired leases first (unless ``expired`` is
     False: a worker looks for them once a second), then due waiting runs,
     shared between owners (webhook runs; a pull worker's claim is its own
-    owner's anyway).
+    owner's anyway). ``fair`` False skips the owners' scan and takes the
+    oldest due runs, whoever owns them: for a worker that found only one
+    owner with live webhook jobs.
 
     ``job_owner_id`` (and optionally ``job_id``) scopes a pull worker's claim
     to its owner's own jobs.
@@ -577,7 +580,7 @@ def claim(
             cur.execute(CLAIM_EXPIRED.format(scope=scope), params)
             claimed = [_claimed(row) for row in cur.fetchall()]
         left = limit - len(claimed)
-        if left > 0 and target_kind == "webhook" and not scope:
+        if left > 0 and target_kind == "webhook" and not scope and fair:
             rooms = None
             if owner_cap is not None:
                 in_flight = Counter(held or {})

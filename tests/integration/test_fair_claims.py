@@ -53,6 +53,15 @@ def test_a_flood_of_one_owner_takes_only_its_share_of_a_batch(owner, other_owner
     assert len({c.run_id for c in batch}) == 10
 
 
+def test_a_claim_that_is_not_fair_takes_the_oldest_runs_whoever_owns_them(owner, other_owner):
+    """A worker that found one owner with live webhook jobs claims with
+    fair=False: no owners' scan, the oldest due runs first."""
+    flood(make_job(owner, overlap_policy="allow"), 300, before=T0 - 60 * S)
+    Run.objects.create_for_fires(make_job(other_owner), [T0], kind=RunKind.SCHEDULED)
+    batch = leases.claim("w1", limit=10, lease_seconds=30, now=T0 + S, fair=False)
+    assert claimed_owners(batch) == [owner.pk] * 10
+
+
 def test_owners_with_more_than_their_share_split_the_batch(owner, other_owner):
     flood(make_job(owner, overlap_policy="allow"), 50, before=T0 - 60 * S)
     flood(make_job(other_owner, overlap_policy="allow"), 50, before=T0)
