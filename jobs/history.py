@@ -38,33 +38,32 @@ CLOSE_CHANGED = f"""
           ({_ROW_STATE}, j.cron, j.interval_seconds, j.timezone, j.start_at, j.created_at)
 """
 
-# Open a span for each job that has none open (new, or just closed above).
-_OPEN = f"""
+# A span opened at ``at`` for each row of ``jobs`` (the jobs table, or a
+# statement's rows with the columns of NEW_JOBS_RETURN).
+_OPEN_FROM = f"""
     INSERT INTO jobs_schedulespan (
         job_id, started_at, ended_at, state, cron, interval_seconds, timezone,
         start_at, anchor, missed_count
     )
     SELECT j.id, %(at)s, NULL, {_ROW_STATE}, j.cron, j.interval_seconds, j.timezone,
            j.start_at, j.created_at, 0
-    FROM jobs_job AS j
+    FROM {{jobs}} AS j
+"""
+
+# Open a span for each job that has none open (new, or just closed above).
+_OPEN = (
+    _OPEN_FROM.format(jobs="jobs_job")
+    + """
     WHERE NOT EXISTS (
         SELECT 1 FROM jobs_schedulespan AS s WHERE s.job_id = j.id AND s.ended_at IS NULL)
 """
+)
 OPEN_MISSING = _OPEN + " AND j.id = ANY(%(ids)s::uuid[])"
 
-
 # The first span of each job a statement inserts: for a statement whose
-# ``new_jobs`` clause (WITH) is that insert, returning the columns named here.
-# A new job has no span to close, and the clause's rows are exactly the new jobs.
-OPEN_FOR_NEW_JOBS = f"""
-    INSERT INTO jobs_schedulespan (
-        job_id, started_at, ended_at, state, cron, interval_seconds, timezone,
-        start_at, anchor, missed_count
-    )
-    SELECT j.id, %(at)s, NULL, {_ROW_STATE}, j.cron, j.interval_seconds, j.timezone,
-           j.start_at, j.created_at, 0
-    FROM new_jobs AS j
-"""
+# ``new_jobs`` clause (WITH) is that insert, returning NEW_JOBS_RETURN. A new
+# job has no span to close, and the clause's rows are exactly the new jobs.
+OPEN_FOR_NEW_JOBS = _OPEN_FROM.format(jobs="new_jobs")
 NEW_JOBS_RETURN = "id, state, deleted_at, cron, interval_seconds, timezone, start_at, created_at"
 
 
