@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import math
 import threading
 
 import pytest
@@ -13,7 +14,7 @@ from django.db.models import F
 
 from core.db import db_now
 from dispatch import worker as worker_module
-from dispatch.worker import Worker
+from dispatch.worker import EXPIRED_EVERY, Worker
 from jobs.models import Job
 from runs import job_verbs, outcomes
 from runs.after_attempt import GONE_NOTE
@@ -67,7 +68,11 @@ def in_process_worker(name: str = "w1", lease_seconds: int = 5) -> Worker:
 
 
 async def claim_once(worker: Worker) -> None:
+    """One round of the claim loop, expired leases included: a worker looks
+    for those once every EXPIRED_EVERY seconds, and these claims follow each
+    other within one."""
     worker.stopping.clear()
+    worker._expired_checked = -EXPIRED_EVERY
     await worker._claim_loop()
 
 
@@ -105,6 +110,34 @@ def test_a_worker_that_reclaims_its_own_run_keeps_the_new_attempt_apart(owner):
     run.refresh_from_db()
     assert (run.state, run.lease_owner, run.attempt) == ("running", "w1", 2)
     assert run.lease_until > db_now(), "attempt 2's lease is no longer extended"
+
+
+def test_a_worker_looks_for_expired_leases_once_every_expired_every(owner, monkeypatch):
+    # An hour: far longer than this test takes, however slow the machine.
+    monkeypatch.setattr(worker_module, "EXPIRED_EVERY", 3600.0)
+    run = job_verbs.trigger(make_job(owner, timeout_seconds=60))
+    worker = in_process_worker()
+
+    async def one_round() -> None:
+        worker.stopping.clear()
+        await worker._claim_loop()
+
+    async def scenario():
+        worker._wake = asyncio.Event()
+        worker._expired_checked = -math.inf
+        await one_round()
+        expire_lease(run.pk)
+        # Within EXPIRED_EVERY of the last look: no look for expired leases.
+        await one_round()
+        assert Run.objects.get(pk=run.pk).attempt == 1
+        # EXPIRED_EVERY later, the next round looks, and takes the run over.
+        worker._expired_checked -= 3600.0
+        await one_round()
+        assert Run.objects.get(pk=run.pk).attempt == 2
+        for held in worker.held.values():
+            held.task.cancel()
+
+    run_in_loop(scenario)
 
 
 def gone(run, attempt: int = 1) -> outcomes.Result:
