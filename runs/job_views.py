@@ -144,16 +144,6 @@ def _names_sent(items: list) -> set[str]:
     }
 
 
-def _taken_names(owner, items: list) -> set[str]:
-    """The names among ``items`` that ``owner``'s live jobs already hold: one
-    query for a whole list."""
-    names = _names_sent(items)
-    if not names:
-        return set()
-    taken = Job.objects.live().filter(owner=owner, name__in=names)
-    return set(taken.values_list("name", flat=True))
-
-
 # What a create reads before it validates: the database's time, which of the
 # request's names the owner's live jobs hold (the unique name index), and
 # the owner's limit overrides (quotas.OVERRIDES' columns, NULL without a
@@ -171,7 +161,7 @@ CREATE_CONTEXT = f"""
 
 def _create_context(owner, items: list) -> tuple[dt.datetime, quotas.Limits, set[str]]:
     """The database time, ``owner``'s limits, and the names among ``items``
-    their live jobs hold (as ``_taken_names``)."""
+    their live jobs hold."""
     with connection.cursor() as cur:
         cur.execute(CREATE_CONTEXT, {"owner": owner.pk, "names": sorted(_names_sent(items))})
         now, taken, *overrides = cur.fetchone()
@@ -374,7 +364,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             message = ["You already have a job with this name."]
             if len(jobs) == 1:
                 raise serializers.ValidationError({"name": message}) from None
-            taken = _taken_names(request.user, [{"name": job.name} for job in jobs])
+            _, _, taken = _create_context(request.user, [{"name": job.name} for job in jobs])
             clashes = {str(i): {"name": message} for i, job in enumerate(jobs) if job.name in taken}
             if not clashes:
                 raise
