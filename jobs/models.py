@@ -64,6 +64,17 @@ NAME_TAKEN = """
     LIMIT 1
 """
 
+# An owner's live jobs (migration 0011's triggers keep them counted in
+# jobs_live_jobs), read under the owner's lock on that row, held until the
+# transaction ends: the upsert waits for a concurrent create's or delete's
+# lock, then reads the row as that one committed it (not as this statement's
+# snapshot saw it), so two creates cannot both take an owner's last room.
+# An owner's first create makes the row.
+LIVE_JOBS_LOCKED = (
+    "INSERT INTO jobs_live_jobs AS c (owner_id, live) VALUES (%(owner)s, 0)"
+    " ON CONFLICT (owner_id) DO UPDATE SET live = c.live RETURNING live"
+)
+
 
 class JobQuerySet(models.QuerySet["Job"]):
     def live(self) -> JobQuerySet:
@@ -255,14 +266,23 @@ class Job(models.Model):
         actor=None,
         channel: str = Channel.SYSTEM,
         changes: list[dict],
-    ) -> None:
+        allowed: int | None = None,
+    ) -> int | None:
         """Insert new jobs with their first schedule span and their "created"
         event (``changes[i]`` for ``jobs[i]``): one statement, however many
-        jobs, in the caller's transaction (``rows_insert``: the jobs and the
-        events each one JSON parameter, far cheaper to send than
-        ``bulk_create``'s arrays; a single create's three statements were
-        three round trips). ``now`` is the database time of the creation (the
-        interval anchor, and where the schedule history starts)."""
+        jobs (``rows_insert``: the jobs and the events each one JSON
+        parameter, far cheaper to send than ``bulk_create``'s arrays; a single
+        create's three statements were three round trips). ``now`` is the
+        database time of the creation (the interval anchor, and where the
+        schedule history starts).
+
+        With ``allowed`` (the owner's live jobs limit; every job of one
+        owner), the same statement takes the owner's lock, reads their live
+        jobs under it (``LIVE_JOBS_LOCKED``) and inserts only if all of
+        ``jobs`` fit: the limit's check and the insert are one statement,
+        atomic without a transaction around it. Returns the owner's live jobs
+        before the insert (with ``allowed``; None without): the jobs were
+        inserted if that plus ``len(jobs)`` is at most ``allowed``."""
         for job in jobs:
             job._prepare_insert(now)
         actor = actor if getattr(actor, "is_authenticated", False) else None
@@ -279,17 +299,30 @@ class Job(models.Model):
         ]
         insert_jobs, job_rows = rows_insert(jobs, "%(jobs)s")
         insert_events, event_rows = rows_insert(events, "%(events)s")
+        params: dict[str, Any] = {"jobs": job_rows, "events": event_rows, "at": now}
+        room, fits, answer = "", "", "NULL"
+        if allowed is not None:
+            [owner_id] = {job.owner_id for job in jobs}
+            params.update(owner=owner_id, count=len(jobs), allowed=allowed)
+            room = f"live AS ({LIVE_JOBS_LOCKED}),"
+            fits = " WHERE (SELECT live FROM live) + %(count)s <= %(allowed)s"
+            answer = "(SELECT live FROM live)"
         # The span and the event name their job: their foreign keys are
         # checked as the statement ends, when its jobs are there.
         statement = (
-            f"WITH new_jobs AS ({insert_jobs} RETURNING {history.NEW_JOBS_RETURN}),"
-            f" spans AS ({history.OPEN_FOR_NEW_JOBS})"
-            f" {insert_events}"
+            f"WITH {room}"
+            f" new_jobs AS ({insert_jobs}{fits} RETURNING {history.NEW_JOBS_RETURN}),"
+            f" spans AS ({history.OPEN_FOR_NEW_JOBS}),"
+            f" events AS ({insert_events}{fits})"
+            f" SELECT {answer}"
         )
         with connection.cursor() as cur:
-            cur.execute(statement, {"jobs": job_rows, "events": event_rows, "at": now})
-        rows_inserted(jobs)
-        rows_inserted(events)
+            cur.execute(statement, params)
+            [live] = cur.fetchone()
+        if live is None or live + len(jobs) <= (allowed or 0):
+            rows_inserted(jobs)
+            rows_inserted(events)
+        return live
 
     @classmethod
     def name_taken(cls, owner_id: int, name: str, *, other_than: uuid.UUID | None = None) -> bool:

@@ -8,8 +8,9 @@ refuse the same request with the same text. A refusal raises
 403 or 429 (core/api_errors.py), the admin shows its message.
 
 The counts come from the database, under a lock, so that two processes
-cannot both take the last room: job creation and backfill hold the owner's
-advisory lock until their transaction ends, a trigger holds its job's row.
+cannot both take the last room: job creation holds the owner's row of live
+jobs (``LIVE_JOBS_LOCKED``) and backfill the owner's advisory lock until
+their transaction ends, a trigger holds its job's row.
 The limits follow the job's owner, whoever acts; an owner's row in
 ``OwnerLimits`` replaces the defaults field by field.
 """
@@ -26,7 +27,7 @@ from django.db import connection
 
 from core.errors import LimitExceeded
 from jobs.limits import OWNER_LIMITS
-from jobs.models import BackfillUse, OwnerLimits
+from jobs.models import LIVE_JOBS_LOCKED, BackfillUse, OwnerLimits
 
 JOBS = "jobs_per_owner"
 MIN_INTERVAL = "min_interval_seconds"
@@ -36,7 +37,7 @@ TRIGGERS = "triggers_per_minute"
 BACKFILL_WINDOW = dt.timedelta(hours=1)
 TRIGGER_WINDOW = dt.timedelta(minutes=1)
 
-# One owner's creates and backfills at a time. Two-key advisory locks live
+# One owner's backfills at a time. Two-key advisory locks live
 # apart from partitions.py's one-key lock; two owners whose ids share the
 # second key would only wait for each other.
 LOCK_OWNER = (
@@ -49,10 +50,6 @@ LOCK_OWNER = (
 OVERRIDES = (
     f"SELECT {', '.join(OWNER_LIMITS)} FROM {OwnerLimits._meta.db_table} WHERE owner_id = %s"
 )
-# An owner's live jobs (Job.objects.live()), as the triggers of jobs
-# migration 0011 keep them counted in jobs_live_jobs: one row, where a count
-# of the jobs themselves grew with them.
-LIVE_JOBS = "SELECT coalesce((SELECT live FROM jobs_live_jobs WHERE owner_id = %s), 0)"
 
 
 @dataclass(frozen=True)
@@ -113,18 +110,21 @@ def new_jobs_refusal(owner, count: int, limits: Limits | None = None) -> LimitEx
     """The refusal of ``count`` new jobs that would take ``owner`` past their
     live jobs limit (of ``limits``, read if not given), or None if they fit.
 
-    Takes the owner's lock: call it in the transaction that inserts the jobs.
+    Takes the owner's lock: call it in the transaction that inserts the jobs
+    (or let ``Job.create_many(allowed=...)`` check the limit in its insert).
     The refusal is returned, not raised, so that the caller raises it after
     leaving its transaction block: nothing was written, and a refusal does
     not break an enclosing transaction (a savepoint-less block's error would).
     """
-    lock_owner(owner.pk)
-    # The count is a statement of its own, after the lock: its snapshot then
-    # holds every job that a create which held the lock before us committed.
-    allowed = (limits or limits_for(owner)).jobs_per_owner
     with connection.cursor() as cur:
-        cur.execute(LIVE_JOBS, [owner.pk])
+        cur.execute(LIVE_JOBS_LOCKED, {"owner": owner.pk})
         [live] = cur.fetchone()
+    return jobs_refusal(live, count, (limits or limits_for(owner)).jobs_per_owner)
+
+
+def jobs_refusal(live: int, count: int, allowed: int) -> LimitExceeded | None:
+    """The refusal of ``count`` new jobs for an owner with ``live`` live jobs
+    and a limit of ``allowed``, or None if they fit."""
     if live + count <= allowed:
         return None
     adding = "1 job" if count == 1 else f"{count:,} jobs"

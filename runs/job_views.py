@@ -346,16 +346,28 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             created.append((job, secret))
         jobs = [job for job, _ in created]
         initial = [changes.initial(attrs) for attrs in validated]
+        allowed = limits.jobs_per_owner
+
+        def insert() -> int | None:
+            # The whole list, or none of it, decided under the owner's lock,
+            # which is held until the jobs are written (create_many).
+            return Job.create_many(
+                jobs,
+                now=now,
+                actor=request.user,
+                channel=Channel.API,
+                changes=initial,
+                allowed=allowed,
+            )
+
         try:
-            # A savepoint only for a list, whose clash is named by a query below.
-            with transaction.atomic(savepoint=len(jobs) > 1):
-                # The whole list, or none of it, decided under the owner's
-                # lock, which is held until the jobs are written.
-                refusal = quotas.new_jobs_refusal(request.user, len(jobs), limits)
-                if refusal is None:
-                    Job.create_many(
-                        jobs, now=now, actor=request.user, channel=Channel.API, changes=initial
-                    )
+            if connection.in_atomic_block:
+                # A savepoint only for a list, whose clash is named by a query below.
+                with transaction.atomic(savepoint=len(jobs) > 1):
+                    live = insert()
+            else:
+                # One statement, atomic alone: no BEGIN and COMMIT round trips.
+                live = insert()
         except IntegrityError as exc:
             # The unique name per owner: a concurrent create took a name
             # after our check. The same 400 as the check's.
@@ -369,6 +381,8 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             if not clashes:
                 raise
             raise serializers.ValidationError(clashes) from None
+        assert live is not None  # create_many answers it when given ``allowed``
+        refusal = quotas.jobs_refusal(live, len(jobs), allowed)
         if refusal is not None:
             raise refusal
         return created

@@ -592,3 +592,22 @@ def test_two_creates_racing_for_the_last_job_do_not_both_pass(settings, owner):
         other.result()
     assert refused.value.limit == quotas.JOBS
     assert list(Job.objects.values_list("name", flat=True)) == ["first"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_one_statement_creates_racing_for_the_last_job_do_not_both_pass(settings, owner):
+    """The API's create: the limit's check is part of the insert statement
+    (Job.create_many with ``allowed``), under the owner's row lock."""
+
+    def create(name: str) -> Callable[[], int | None]:
+        def body() -> int | None:
+            job = Job(owner=owner, name=name, interval_seconds=60, url=PUBLIC_URL)
+            job.set_secret("whsec_" + "A" * 43)
+            return Job.create_many([job], now=db_now(), changes=[{"name": name}], allowed=1)
+
+        return body
+
+    other = race(create("first"), create("second"))
+    assert other.result() == 1  # it waited, then saw the first job: nothing inserted
+    assert list(Job.objects.values_list("name", flat=True)) == ["first"]
+    assert ScheduleSpan.objects.count() == JobEvent.objects.count() == 1
