@@ -384,15 +384,11 @@ def test_heartbeat_and_complete_look_only_in_their_batch_s_days(owner):
     assert partitions.partition_name("runs_run", now.date() + DAY) not in plan
     assert "runs_run_default" not in plan
 
+    result = outcomes.Result(
+        run_id=Run().id, job_id=Run().id, attempt=1, state="succeeded", status_code=200
+    )
     complete = {
-        "ids": [Run().id],
-        "attempts": [1],
-        "states": ["succeeded"],
-        "available": [now],
-        "codes": [200],
-        "errors": [""],
-        "reasons": [""],
-        "responses": ["ok"],
+        "results": outcomes._as_json([result], now),
         "now": now,
         "owner": "w1",
         **leases.window([start + S]),
