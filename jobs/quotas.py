@@ -116,10 +116,24 @@ def new_jobs_refusal(owner, count: int, limits: Limits | None = None) -> LimitEx
     leaving its transaction block: nothing was written, and a refusal does
     not break an enclosing transaction (a savepoint-less block's error would).
     """
-    with connection.cursor() as cur:
-        cur.execute(LIVE_JOBS_LOCKED, {"owner": owner.pk})
-        [live] = cur.fetchone()
+    live = lock_live_jobs(owner.pk)
     return jobs_refusal(live, count, (limits or limits_for(owner)).jobs_per_owner)
+
+
+def lock_live_jobs(owner_id: int) -> int:
+    """Lock ``owner_id``'s row of live jobs until the transaction ends, and
+    return their live jobs count as the last writer of that row committed it.
+
+    A create holds this lock while it inserts. A delete takes it before it
+    marks its job deleted: a create that holds the lock and inserts the
+    deleted job's name waits for the delete to end, so a delete that then
+    waited for the lock (in the count's trigger) would wait for that create:
+    a deadlock. Locked first, the delete waits instead before it touches
+    its job, and the create finds the name still taken (a 400)."""
+    with connection.cursor() as cur:
+        cur.execute(LIVE_JOBS_LOCKED, {"owner": owner_id})
+        [live] = cur.fetchone()
+    return live
 
 
 def jobs_refusal(live: int, count: int, allowed: int) -> LimitExceeded | None:

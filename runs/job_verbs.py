@@ -357,6 +357,8 @@ def soft_delete(job: Job, *, actor=None, channel: str = Channel.API) -> int:
         return 0
     before = changes.snapshot(current, DELETE_FIELDS)
     settle_due_fires(current, now, stopping=Reason.DELETED)
+    # Before the row changes: the live jobs count's lock (quotas.lock_live_jobs).
+    quotas.lock_live_jobs(current.owner_id)
     current.deleted_at = now
     current.next_fire_at = None
     current.save(update_fields=sorted(DELETE_FIELDS))

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count
 from django.test import Client
 from django.urls import reverse
@@ -611,3 +611,22 @@ def test_two_one_statement_creates_racing_for_the_last_job_do_not_both_pass(sett
     assert other.result() == 1  # it waited, then saw the first job: nothing inserted
     assert list(Job.objects.values_list("name", flat=True)) == ["first"]
     assert ScheduleSpan.objects.count() == JobEvent.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_create_holding_the_count_lock_and_a_delete_of_its_name_do_not_deadlock(owner):
+    """A create holds its owner's live jobs lock while it inserts; inserting
+    the name of a job being deleted waits for that delete. The delete takes
+    the same lock before it touches its job, so it waits first, and the
+    create finds the name still taken. (Locking only in the count's trigger,
+    after the job's row changed, the two waited for each other.)"""
+    job = make_job(owner, name="x")
+    with pytest.raises(IntegrityError, match="job_unique_name_per_owner"):
+        with transaction.atomic():
+            quotas.lock_live_jobs(owner.pk)
+            other = start(lambda: job_verbs.soft_delete(Job.objects.get(pk=job.pk)))
+            wait_until_blocked_or_done(other, "the delete")
+            make_job(owner, name="x")
+    other.result()
+    assert Job.objects.get(pk=job.pk).deleted_at is not None
+    assert Job.objects.live().filter(owner=owner).count() == 0
