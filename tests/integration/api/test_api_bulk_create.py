@@ -104,7 +104,7 @@ def test_a_single_create_makes_no_savepoint_and_no_wasted_query(api, unlimited):
     sql = [q["sql"] for q in queries.captured_queries]
     assert not [s for s in sql if "SAVEPOINT" in s], sql
     assert not [s for s in sql if "runs_run" in s], sql  # a new job has no last run
-    assert len(sql) <= 4, sql
+    assert len(sql) <= 3, sql
 
 
 @pytest.mark.django_db(transaction=True)
