@@ -319,7 +319,7 @@ class Job(models.Model):
         with connection.cursor() as cur:
             cur.execute(statement, params)
             [live] = cur.fetchone()
-        if live is None or live + len(jobs) <= (allowed or 0):
+        if allowed is None or live + len(jobs) <= allowed:
             rows_inserted(jobs)
             rows_inserted(events)
         return live

@@ -13,6 +13,7 @@ under us nor have its advance overwritten by our save of a stale copy.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import zoneinfo
 from typing import Any
@@ -347,27 +348,26 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         jobs = [job for job, _ in created]
         initial = [changes.initial(attrs) for attrs in validated]
         allowed = limits.jobs_per_owner
-
-        def insert() -> int | None:
-            # The whole list, or none of it, decided under the owner's lock,
-            # which is held until the jobs are written (create_many).
-            return Job.create_many(
-                jobs,
-                now=now,
-                actor=request.user,
-                channel=Channel.API,
-                changes=initial,
-                allowed=allowed,
-            )
-
+        # One statement, atomic alone: outside a transaction it runs in
+        # autocommit (no BEGIN and COMMIT round trips); inside one, a
+        # savepoint only for a list, whose clash is named by a query below.
+        block = (
+            transaction.atomic(savepoint=len(jobs) > 1)
+            if connection.in_atomic_block
+            else contextlib.nullcontext()
+        )
         try:
-            if connection.in_atomic_block:
-                # A savepoint only for a list, whose clash is named by a query below.
-                with transaction.atomic(savepoint=len(jobs) > 1):
-                    live = insert()
-            else:
-                # One statement, atomic alone: no BEGIN and COMMIT round trips.
-                live = insert()
+            with block:
+                # The whole list, or none of it, decided under the owner's
+                # lock, which is held until the jobs are written.
+                live = Job.create_many(
+                    jobs,
+                    now=now,
+                    actor=request.user,
+                    channel=Channel.API,
+                    changes=initial,
+                    allowed=allowed,
+                )
         except IntegrityError as exc:
             # The unique name per owner: a concurrent create took a name
             # after our check. The same 400 as the check's.
