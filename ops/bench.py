@@ -554,6 +554,7 @@ def scenario_e2e(
         with connection.cursor() as cur:
             cur.execute("SELECT now()")
             t_start = cur.fetchone()[0] + dt.timedelta(seconds=2)
+        postgres_cpu = _postgres_cpu_seconds()
         procs = {"dispatcher": _start(["manage.py", "dispatch"], tmp / "dispatch.out")}
         for k in range(workers):
             procs[f"worker{k}"] = _start(
@@ -599,6 +600,10 @@ def scenario_e2e(
         if web_proc is not None:
             cpu["web"] = _tree_cpu_seconds(web_proc.pid)
             _stop(web_proc)
+        if postgres_cpu is not None:
+            # The whole server's, from the workers' start to their stop: the
+            # bench's own queries (a few a second) are in it too.
+            cpu["postgres"] = _postgres_cpu_seconds() - postgres_cpu
         entries = _receiver_log(log)
 
     t0, t1 = t_start.timestamp(), t_stop.timestamp()
@@ -978,6 +983,23 @@ def _start_gunicorn(tmp: Path, workers: int, threads: int) -> tuple[subprocess.P
 def _tree_cpu_seconds(pid: int) -> float:
     """CPU seconds of gunicorn: its master and its worker processes."""
     return _cpu_seconds(pid) + _children_cpu_seconds(pid)
+
+
+def _postgres_cpu_seconds() -> float | None:
+    """CPU seconds of the whole PostgreSQL server so far: the postmaster, its
+    live backends, and the backends that have exited (the kernel adds those
+    to the postmaster's ``cutime``/``cstime``). None when the server is not
+    on this host (its ``postmaster.pid`` is not readable here)."""
+    with connection.cursor() as cur:
+        cur.execute("SHOW data_directory")
+        data_directory = cur.fetchone()[0]
+    try:
+        pid = int(Path(data_directory, "postmaster.pid").read_text().split()[0])
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return None
+    reaped = (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
+    return _cpu_seconds(pid) + reaped + _children_cpu_seconds(pid)
 
 
 def _post_jobs(session, base: str, body) -> list | dict:
