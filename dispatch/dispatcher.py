@@ -47,6 +47,7 @@ from django.db import (
     transaction,
 )
 
+from core import collector
 from dispatch import fleet, queries
 from jobs.schedules import jitter_offset
 from runs import job_verbs, notify, partitions
@@ -353,7 +354,10 @@ class Dispatcher:
     def run_forever(self) -> None:
         """Loop until SIGTERM/SIGINT; survive the database going away."""
         self.install_signal_handlers()
-        log.info("dispatcher started", extra={"dispatcher": self.registration.name})
+        log.info(
+            "dispatcher started",
+            extra={"dispatcher": self.registration.name, **collector.settle()},
+        )
         failures = 0
         while not self.stopping.is_set():
             try:

@@ -53,6 +53,7 @@ import uvloop
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, connections
 
+from core import collector
 from dispatch import fleet, webhooks
 from dispatch.wakeup import Wakeup
 from jobs import crypto, targets
@@ -204,6 +205,9 @@ class Worker:
         self._session: aiohttp.ClientSession | None = None
         # What the claim loop waits on when there was nothing left to claim.
         self._wakeup = Wakeup(name=self.name, fallback_poll=poll_interval)
+        # The garbage collector's settings, once run_forever() has set them
+        # (core/collector.py); logged at start-up.
+        self._collector: dict[str, object] = {}
 
     # -- the database thread ------------------------------------------------
 
@@ -527,7 +531,10 @@ class Worker:
                 # asyncio's loop raises RuntimeError there, uvloop's ValueError.
                 pass
         self._session = webhooks.make_session(limit=self.concurrency, **self.address_rule)
-        log.info("worker started", extra={"worker": self.name, "concurrency": self.concurrency})
+        log.info(
+            "worker started",
+            extra={"worker": self.name, "concurrency": self.concurrency, **self._collector},
+        )
         self._wakeup.start()
         try:
             await self._db(self.registration.beat)
@@ -574,6 +581,7 @@ class Worker:
 
     def run_forever(self) -> None:
         close_old_connections()
+        self._collector = collector.settle()
         # uvloop: the same asyncio API on libuv, with a cheaper loop per
         # socket event and per task; it is most of what a busy worker does.
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

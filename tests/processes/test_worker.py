@@ -287,3 +287,28 @@ def test_sigterm_interrupts_a_delivery_past_the_drain_and_it_is_redelivered_with
         (1, "interrupted", "stopping"),
         (2, "succeeded", "next"),
     ]
+
+
+def test_the_worker_and_the_dispatcher_settle_their_garbage_collector_first(processes):
+    """Both loops freeze what start-up left alive and collect less often
+    (core/collector.py): each start-up line reports the collector's settings
+    as the process found them after settling."""
+    from pathlib import Path
+
+    from core import collector
+
+    started = {
+        "worker started": processes.manage("work"),
+        "dispatcher started": processes.manage("dispatch"),
+    }
+    for message, proc in started.items():
+        line = wait_until(
+            lambda: next(
+                (s for s in Path(proc.log_path).read_text().splitlines() if message in s), None
+            ),
+            timeout=60,
+            message=message,
+        )
+        assert f"gc_thresholds={collector.THRESHOLDS}" in line, line
+        frozen = int(line.split("gc_frozen=")[1].split()[0])
+        assert frozen > 10_000, line  # Django and every library loaded by then
