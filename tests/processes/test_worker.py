@@ -289,17 +289,22 @@ def test_sigterm_interrupts_a_delivery_past_the_drain_and_it_is_redelivered_with
     ]
 
 
-def test_the_worker_and_the_dispatcher_settle_their_garbage_collector_first(processes):
-    """Both loops freeze what start-up left alive and collect less often
-    (core/collector.py): each start-up line reports the collector's settings
-    as the process found them after settling."""
+def test_the_long_running_processes_settle_their_garbage_collector_first(processes):
+    """The worker, the dispatcher and each gunicorn process freeze what
+    start-up left alive and collect less often (core/collector.py): each
+    start-up line reports the collector's settings as the process found them
+    after settling."""
     from pathlib import Path
 
     from core import collector
+    from ops import bench
 
+    web, _ = bench._start_web(processes.tmp_path, workers=1, threads=1, env=process_env())
+    processes.adopt(web, processes.tmp_path / "web.out")
     started = {
         "worker started": processes.manage("work"),
         "dispatcher started": processes.manage("dispatch"),
+        "web process ready": web,
     }
     for message, proc in started.items():
         line = wait_until(
