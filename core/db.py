@@ -24,6 +24,7 @@ import psycopg
 from django.db import connections, models
 from django.db.models.fields import AutoFieldMixin
 from psycopg.rows import dict_row
+from psycopg.types.datetime import TimestamptzLoader
 
 if TYPE_CHECKING:
     from django.db.backends.utils import CursorWrapper
