@@ -66,11 +66,19 @@ def dict_cursor(using: str = "default") -> Iterator[CursorWrapper]:
     preparing: Django's connection never prepares a statement on the server
     (psycopg's ``prepare_threshold`` is None), so the cursor works through a
     transaction pooler (README "Connection poolers").
+
+    Its ``timestamptz`` values are read by psycopg's own loader, which is C.
+    Django's connection reads them with a Python subclass of it (to attach
+    its time zone): 14.5 us a row of four timestamps against 1.4 us, and a
+    claim's rows carry four. Both give aware datetimes of the same instant,
+    in UTC (the session time zone Django sets).
     """
     conn = connections[using]
     conn.ensure_connection()
     # Typed Any: django-stubs expects Django's wrapper here, the runtime the DB-API cursor.
     raw: Any = psycopg.Cursor(conn.connection, row_factory=dict_row)
+    # Registering psycopg's Python class selects its C twin.
+    raw.adapters.register_loader("timestamptz", TimestamptzLoader)
     cur = conn.make_debug_cursor(raw) if conn.queries_logged else conn.make_cursor(raw)
     with cur:
         yield cur

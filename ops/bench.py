@@ -600,10 +600,11 @@ def scenario_e2e(
         if web_proc is not None:
             cpu["web"] = _tree_cpu_seconds(web_proc.pid)
             _stop(web_proc)
-        if postgres_cpu is not None:
+        postgres_cpu_end = _postgres_cpu_seconds()
+        if postgres_cpu is not None and postgres_cpu_end is not None:
             # The whole server's, from the workers' start to their stop: the
             # bench's own queries (a few a second) are in it too.
-            cpu["postgres"] = _postgres_cpu_seconds() - postgres_cpu
+            cpu["postgres"] = postgres_cpu_end - postgres_cpu
         entries = _receiver_log(log)
 
     t0, t1 = t_start.timestamp(), t_stop.timestamp()

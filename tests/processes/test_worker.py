@@ -308,7 +308,7 @@ def test_the_long_running_processes_settle_their_garbage_collector_first(process
     }
     for message, proc in started.items():
         line = wait_until(
-            lambda: next(
+            lambda proc=proc, message=message: next(
                 (s for s in Path(proc.log_path).read_text().splitlines() if message in s), None
             ),
             timeout=60,
