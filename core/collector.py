@@ -1,4 +1,5 @@
-"""The garbage collector of a long-running loop (``manage.py work``, ``manage.py dispatch``).
+"""The garbage collector of a long-running process: ``manage.py work``,
+``manage.py dispatch`` and each gunicorn process (``scheduler_site/wsgi.py``).
 
 CPython collects its young generation every 700 allocations, and now and then
 walks every object the process holds. A busy worker allocates thousands of
