@@ -157,7 +157,15 @@ def test_a_raise_beside_a_tick_that_writes_runs_does_not_deadlock(owner):
     finally:
         go.set()
     assert ticking.result() == 1
-    assert raising.result() == day_start(now) - DAY
+    # The tick's commit releases its hold on the floor's row and its advisory
+    # lock in no set order: the raise can wake in between, find the advisory
+    # lock still taken and leave the floor for the next round (None), which
+    # is how a dispatcher behaves. Under load that happened in about 1 run of
+    # 4. What this test guards is the deadlock: neither side failed.
+    floor_set = raising.result()
+    if floor_set is None:
+        floor_set = partitions.raise_active_floor(now)
+    assert floor_set == day_start(now) - DAY
 
 
 def _partition_days(node: dict) -> set[dt.date]:
