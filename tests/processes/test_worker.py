@@ -6,13 +6,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 import signal
+from pathlib import Path
 
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from core import collector
 from core.db import db_now
 from dispatch.models import ProcessHeartbeat
 from jobs import crypto
+from ops import bench
 from runs import job_verbs
 from runs.leases import DEADLINE_GRACE_SECONDS
 from runs.models import Run
@@ -294,11 +297,6 @@ def test_the_long_running_processes_settle_their_garbage_collector_first(process
     start-up left alive and collect less often (core/collector.py): each
     start-up line reports the collector's settings as the process found them
     after settling."""
-    from pathlib import Path
-
-    from core import collector
-    from ops import bench
-
     web, _ = bench._start_web(processes.tmp_path, workers=1, threads=1, env=process_env())
     processes.adopt(web, processes.tmp_path / "web.out")
     started = {
