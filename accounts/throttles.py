@@ -24,6 +24,8 @@ from rest_framework.exceptions import Throttled
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
 
+from core.db import bound_cursor
+
 
 def client_address(request) -> str:
     """The caller's address, as every limit keys it: the one place to change
@@ -122,7 +124,7 @@ PRUNE = "DELETE FROM punctual_rate_counts WHERE window_ends < %s"
 def _increment(key: str, window_ends: float) -> int:
     """Count one request under ``key`` in the window ending at
     ``window_ends`` (Unix seconds); the requests counted in it so far."""
-    with connection.cursor() as cur:
+    with bound_cursor(prepare=True) as cur:
         cur.execute(COUNT, [key, window_ends])
         return cur.fetchone()[0]
 

@@ -20,6 +20,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from accounts.models import ApiToken, Retired
+from core.db import bound_cursor
 
 KEY_PREFIX = "pct_"
 PREFIX_LENGTH = 12
@@ -125,7 +126,7 @@ def _token_by_digest(key_digest: str) -> tuple[ApiToken, dt.datetime] | None:
     """The token whose digest is ``key_digest``, its ``user`` loaded, and
     the database's time; None if there is no such token."""
     sql, token_names, user_names = _token_by_digest_statement()
-    with connection.cursor() as cur:
+    with bound_cursor(prepare=True) as cur:
         cur.execute(sql, [key_digest])
         row = cur.fetchone()
     if row is None:

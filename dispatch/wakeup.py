@@ -82,12 +82,16 @@ def _listen_database() -> BaseDatabaseWrapper:
 def listen_conninfo(application_name: str) -> dict:
     """The LISTEN database's libpq parameters (not Django's own options, such
     as the cursor factory), for a separate connection, with TCP keepalives
-    unless the URL sets its own; and psycopg's ``prepare_threshold`` as
-    Django sets it (None: nothing is prepared)."""
+    unless the URL sets its own. It prepares nothing (psycopg's
+    ``prepare_threshold`` None): it runs a few statements, once each."""
     known = {option.keyword.decode() for option in psycopg.pq.Conninfo.get_defaults()}
-    known.add("prepare_threshold")
     params = {k: v for k, v in _listen_database().get_connection_params().items() if k in known}
-    return {**KEEPALIVES, **params, "application_name": application_name[:63]}
+    return {
+        **KEEPALIVES,
+        **params,
+        "application_name": application_name[:63],
+        "prepare_threshold": None,
+    }
 
 
 class Wakeup:

@@ -20,7 +20,7 @@ from django.db import connection, models, transaction
 from django.db.models import F, Q
 
 from core import strict_json
-from core.db import db_now, rows_insert, rows_inserted
+from core.db import bound_cursor, db_now, rows_insert, rows_inserted
 from jobs import changes, crypto, history
 from jobs.limits import MAX_LENGTHS, OWNER_LIMITS, RANGES
 from jobs.schedules import Schedule
@@ -316,7 +316,7 @@ class Job(models.Model):
             f" events AS ({insert_events}{fits})"
             f" SELECT {answer}"
         )
-        with connection.cursor() as cur:
+        with bound_cursor(prepare=True) as cur:
             cur.execute(statement, params)
             [live] = cur.fetchone()
         if allowed is None or live + len(jobs) <= allowed:

@@ -26,8 +26,9 @@ holds jobs it did not make, unless ``--force``.
 - ``create``: jobs created through the public API, over real HTTP, against
   gunicorn (its own process, configured as the Procfile's web process): single
   creates from one client and from several, and bulk creates of up to 1,000
-  jobs per request; jobs/s, and a check that every job got its schedule span
-  and its audit event.
+  jobs per request; jobs/s, gunicorn's CPU per job, PostgreSQL's CPU per
+  single create (when the server is on this host), and a check that every
+  job got its schedule span and its audit event.
 - ``idle``: W idle ``manage.py work`` processes (default 50), nothing due:
   the database's transactions per second over a window (pg_stat_database;
   statements too when pg_stat_statements is loaded), in all and per worker;
@@ -1106,6 +1107,8 @@ def scenario_create(
     # gunicorn's CPU time per job created (the warm-up requests included):
     # less sensitive than the rates to other load on the machine.
     cpu_ms: dict[str, list[float]] = {"single": [], "bulk": []}
+    # PostgreSQL's CPU time per single create (None when the server is elsewhere).
+    postgres_ms: list[float] = []
     expected = 0
     with tempfile.TemporaryDirectory(prefix="punctual-bench-") as tmp_name:
         reset(force)
@@ -1116,10 +1119,13 @@ def scenario_create(
         try:
             each = max(1, singles // clients)
             for r in range(repeat):
-                cpu = _tree_cpu_seconds(gunicorn.pid)
+                cpu, postgres = _tree_cpu_seconds(gunicorn.pid), _postgres_cpu_seconds()
                 seconds = _single_creates(base, token, [f"one-{r}-{i}" for i in range(singles)])
                 one.append(singles / seconds)
                 cpu_ms["single"].append(1000 * (_tree_cpu_seconds(gunicorn.pid) - cpu) / singles)
+                if postgres is not None:
+                    used = (_postgres_cpu_seconds() or postgres) - postgres
+                    postgres_ms.append(1000 * used / singles)
                 seconds = _parallel_single_creates(base, token, f"many-{r}", clients, each)
                 many.append(clients * each / seconds)
                 cpu = _tree_cpu_seconds(gunicorn.pid)
@@ -1149,6 +1155,9 @@ def scenario_create(
         "bulk_jobs_per_s": median_of(bulk),
         "bulk_ms_per_request": round(1000 * batch_size / statistics.median(bulk), 1),
         "gunicorn_cpu_ms_per_job": {k: round(statistics.median(v), 3) for k, v in cpu_ms.items()},
+        "postgres_cpu_ms_per_single_create": (
+            round(statistics.median(postgres_ms), 3) if postgres_ms else None
+        ),
         "jobs_created": jobs,
         "runs": {
             "one_client": [round(x) for x in one],

@@ -39,7 +39,7 @@ from rest_framework.views import APIView
 from core.api_base import ApiViewMixin, check_if_match, etag
 from core.api_errors import UnprocessableKey, error_response
 from core.api_fields import EmptySerializer
-from core.db import DB_NOW_SQL, db_now
+from core.db import DB_NOW_SQL, bound_cursor, db_now
 from core.paginators import ApiCursor
 from jobs import changes, crypto, idempotency, quotas
 from jobs.display import describe_schedule
@@ -163,7 +163,7 @@ CREATE_CONTEXT = f"""
 def _create_context(owner, items: list) -> tuple[dt.datetime, quotas.Limits, set[str]]:
     """The database time, ``owner``'s limits, and the names among ``items``
     their live jobs hold."""
-    with connection.cursor() as cur:
+    with bound_cursor(prepare=True) as cur:
         cur.execute(CREATE_CONTEXT, {"owner": owner.pk, "names": sorted(_names_sent(items))})
         now, taken, *overrides = cur.fetchone()
     return now.astimezone(dt.UTC), quotas.limits_from(owner, overrides), set(taken)

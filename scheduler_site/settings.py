@@ -207,14 +207,21 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # README "Connection poolers"): each transaction may run on another server
 # connection, so nothing may outlive a transaction on the server.
 PUNCTUAL_TRANSACTION_POOLER = env("PUNCTUAL_TRANSACTION_POOLER")
-# Django opens psycopg connections with prepare_threshold=None: no statement is
-# ever prepared on the server, so no transaction pooler (PgBouncer of any
-# version, max_prepared_statements or not) meets a prepared statement of
-# another session. Keep it so: tests/processes/test_pooler.py notices otherwise.
+# Statements that ask for it (core/db.py bound_cursor: every API request's
+# token lookup, rate count and a create's statements) are prepared on the
+# server. Behind a transaction pooler the next transaction may run on a server
+# connection that lacks them, so nothing is prepared there: psycopg's
+# prepare_threshold None, as Django opens its connections. The ORM's cursors
+# bind on the client and never prepare. tests/processes/test_pooler.py runs
+# the prepared statements through PgBouncer 1.18 and notices otherwise.
 if PUNCTUAL_TRANSACTION_POOLER:
     # A queryset's .iterator() would declare a cursor WITH HOLD, which lives
     # in the session; Punctual streams none, but Django's own commands may.
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+else:
+    # Any number lets a cursor prepare; each bound cursor says whether it
+    # does, so the number itself decides nothing.
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 5
 
 # The worker's LISTEN connection (dispatch/wakeup.py) is a session of its own:
 # through a transaction pooler the notifications never reach it. Empty: it

@@ -7,6 +7,9 @@ from urllib.parse import quote, urlencode
 
 from django.db import connection
 
+# Options that Django hands psycopg rather than libpq.
+PSYCOPG_OPTIONS = {"prepare_threshold", "server_side_binding", "isolation_level", "pool"}
+
 
 def subprocess_database_url() -> str:
     """The URL of the database this test process uses (pytest-django's test
@@ -22,7 +25,10 @@ def subprocess_database_url() -> str:
     if len(ports) == 1:  # one port (or none) for every host
         ports = ports * len(hosts)
     netloc = ",".join(_host(host, port) for host, port in zip_longest(hosts, ports, fillvalue=""))
-    options = f"?{urlencode(db['OPTIONS'])}" if db.get("OPTIONS") else ""
+    # libpq's parameters only: psycopg's prepare_threshold is the settings'
+    # own choice, which the process makes again from its environment.
+    libpq = {k: v for k, v in db.get("OPTIONS", {}).items() if k not in PSYCOPG_OPTIONS}
+    options = f"?{urlencode(libpq)}" if libpq else ""
     return f"postgres://{auth}{netloc}/{db['NAME']}{options}"
 
 
