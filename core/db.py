@@ -92,13 +92,13 @@ def bound_cursor(
     time this connection runs it, and from then on only its parameters are
     sent: the server neither parses nor plans it again. That is for the
     statements of every API request, whose planning cost more than their
-    running: preparing a single create's four statements halved
-    PostgreSQL's CPU per create.
-    Only statements whose plan cannot depend on their parameters' values
-    should ask: after five runs PostgreSQL may keep one generic plan for
-    all values. Behind a transaction pooler nothing is prepared, ``prepare``
-    or not (``PUNCTUAL_TRANSACTION_POOLER`` sets psycopg's
-    ``prepare_threshold`` to None: README "Connection poolers").
+    running: preparing a single create's four statements about halved
+    PostgreSQL's CPU per create. Only statements whose best plan does not
+    depend on their parameters' values should ask: after five runs
+    PostgreSQL may keep one generic plan, made without the values, for all
+    of them. Behind a transaction pooler nothing is prepared, ``prepare`` or
+    not (``PUNCTUAL_TRANSACTION_POOLER`` sets psycopg's ``prepare_threshold``
+    to None: README "Connection poolers").
 
     Its ``timestamptz`` values are read by psycopg's own loader, which is C.
     Django's connection reads them with a Python subclass of it (to attach
