@@ -107,6 +107,11 @@ def bound_cursor(
     in UTC (the session time zone Django sets).
     """
     conn = connections[using]
+    # As Django's own cursor() does: the first cursor of a request checks a
+    # kept connection (CONN_HEALTH_CHECKS) and opens a new one if the server
+    # went away since, or after a failover. An API request's first
+    # statement (its token lookup) comes through here.
+    conn.close_if_health_check_failed()
     conn.ensure_connection()
     kind = _PreparingCursor if prepare else _BoundCursor
     # Typed Any: django-stubs expects Django's wrapper here, the runtime the DB-API cursor.

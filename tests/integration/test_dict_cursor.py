@@ -1,5 +1,6 @@
-"""``core.db.dict_cursor``: the hot statements' cursor reads timestamps with
-psycopg's C loader and gives the same values as Django's own cursor."""
+"""``core.db.dict_cursor`` and ``bound_cursor``: the hot statements' cursors
+read timestamps with psycopg's C loader and give the same values as Django's
+own cursor, and check a kept connection before using it, as Django's does."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import psycopg
 import pytest
 from django.db import connection
 
-from core.db import dict_cursor
+from core.db import bound_cursor, dict_cursor
+from tests.database import subprocess_database_url
 
 pytestmark = pytest.mark.django_db
 
@@ -36,3 +38,21 @@ def test_its_timestamps_are_djangos_values_read_by_psycopgs_c_loader():
     assert loader.__module__ != "django.db.backends.postgresql.psycopg_any"
     if psycopg.pq.__impl__ == "binary":
         assert loader.__module__ == "psycopg_binary._psycopg", loader
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("prepare", [True, False], ids=["prepared", "unprepared"])
+def test_a_bound_cursor_replaces_a_connection_the_server_has_closed(prepare):
+    """An API request's first statement comes through a bound cursor. A
+    connection kept from an earlier request may be dead (a server restart, a
+    failover): the cursor checks it first, as Django's own cursor() does, and
+    opens a new one rather than failing the request."""
+    connection.ensure_connection()
+    old_pid = connection.connection.info.backend_pid
+    with psycopg.connect(subprocess_database_url(), autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [old_pid])
+    connection.health_check_done = False  # as at the start of every request
+    with bound_cursor(prepare=prepare) as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        (new_pid,) = cur.fetchone()
+    assert new_pid != old_pid
