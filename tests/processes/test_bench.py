@@ -121,9 +121,11 @@ def test_create_scenario_reports_single_and_bulk_rates_through_gunicorn():
         pytest.fail(f"jobs_created {result['jobs_created']}, expected 120")
     if set(result["gunicorn_cpu_ms_per_job"]) != {"single", "bulk"}:
         pytest.fail(f"unexpected CPU figures {result['gunicorn_cpu_ms_per_job']}")
+    # Measured when the server is on this host; 8 creates may take less
+    # than one clock tick of its CPU, so 0.0 is a measurement too.
     postgres = result["postgres_cpu_ms_per_single_create"]
     if ops_bench._postgres_cpu_seconds() is not None and not (
-        isinstance(postgres, float) and postgres > 0
+        isinstance(postgres, float) and postgres >= 0
     ):
         pytest.fail(f"PostgreSQL's CPU per single create missing: {postgres!r}")
     if not {"cores", "python", "postgresql"} <= set(result["machine"]):
