@@ -776,6 +776,27 @@ IDLE_LISTENERS = """
 """
 
 
+def _check_connections_for(workers: int) -> None:
+    """Refuse at once, naming the setting, when the server cannot take the
+    fleet's connections: each worker holds two (its database connection and
+    its LISTEN connection). Otherwise the workers fail to connect and the
+    bench would wait out its timeouts."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT current_setting('max_connections')::int"
+            " - current_setting('superuser_reserved_connections')::int"
+            " - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')"
+        )
+        free = cur.fetchone()[0]
+    needed = 2 * workers
+    if free < needed:
+        raise BenchFailed(
+            f"{workers} idle workers need {needed} connections and the server has {free}"
+            " free: raise max_connections (ALTER SYSTEM SET max_connections = ..., then"
+            " restart it) or ask for fewer --workers"
+        )
+
+
 def scenario_idle(*, workers: int, window: float, wakeups: int, force: bool) -> dict:
     """What an idle fleet costs the database, and how fast it wakes up."""
     from dispatch.models import ProcessHeartbeat
@@ -784,6 +805,7 @@ def scenario_idle(*, workers: int, window: float, wakeups: int, force: bool) -> 
     from runs.models import Run
 
     reset(force)
+    _check_connections_for(workers)
     fleet = ProcessHeartbeat.objects.filter(name__startswith="bench-idle-")
     fleet.delete()
     latencies: list[float] = []

@@ -146,6 +146,23 @@ def test_bench_refuses_a_database_with_foreign_jobs(owner):
     expect("did not make" in out.stderr)
 
 
+def test_idle_scenario_refuses_a_fleet_the_server_has_no_connections_for():
+    """Two connections a worker: a fleet larger than the server's
+    max_connections is refused at once, naming the setting, rather than
+    left to fail to connect while the bench waits out its timeouts."""
+    out = subprocess.run(
+        [sys.executable, "manage.py", "bench", "idle", "--workers", "10000"],
+        cwd=ROOT,
+        env=process_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    expect(out.returncode != 0)
+    expect("raise max_connections" in out.stderr)
+    expect("10000 idle workers need 20000 connections" in out.stderr)
+
+
 @pytest.mark.parametrize("listen", ["true", "false"])
 def test_idle_scenario_counts_the_database_and_times_every_wake_up(listen):
     # PostgreSQL publishes an idle backend's transaction counts within 10 s
