@@ -28,15 +28,20 @@ def expect(condition: object, message: str = "") -> None:
         raise AssertionError(message)
 
 
-def bench(*args: str) -> list[dict]:
-    out = subprocess.run(
+def run_bench(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    """``manage.py bench`` with ``args``, in the test environment plus ``env``."""
+    return subprocess.run(
         [sys.executable, "manage.py", "bench", *args],
         cwd=ROOT,
-        env=process_env(),
+        env=process_env(**env),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
+
+
+def bench(*args: str) -> list[dict]:
+    out = run_bench(*args)
     expect(out.returncode == 0, out.stderr[-2000:])
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
@@ -134,14 +139,7 @@ def test_create_scenario_reports_single_and_bulk_rates_through_gunicorn():
 
 def test_bench_refuses_a_database_with_foreign_jobs(owner):
     make_job(owner)
-    out = subprocess.run(
-        [sys.executable, "manage.py", "bench", "dispatch", "--repeat", "1"],
-        cwd=ROOT,
-        env=process_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = run_bench("dispatch", "--repeat", "1", timeout=60)
     expect(out.returncode != 0)
     expect("did not make" in out.stderr)
 
@@ -150,14 +148,7 @@ def test_idle_scenario_refuses_a_fleet_the_server_has_no_connections_for():
     """Two connections a worker: a fleet larger than the server's
     max_connections is refused at once, naming the setting, rather than
     left to fail to connect while the bench waits out its timeouts."""
-    out = subprocess.run(
-        [sys.executable, "manage.py", "bench", "idle", "--workers", "10000"],
-        cwd=ROOT,
-        env=process_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = run_bench("idle", "--workers", "10000", timeout=60)
     expect(out.returncode != 0)
     expect("raise max_connections" in out.stderr)
     expect("10000 idle workers need 20000 connections" in out.stderr)
@@ -171,14 +162,11 @@ def test_idle_scenario_counts_the_database_and_times_every_wake_up(listen):
     # the workers' are spread over server connections, so only a window past
     # those 10 s is sure to count any.
     window = "11" if pooler.serving() else "1"
-    out = subprocess.run(
-        [sys.executable, "manage.py", "bench", "idle", "--workers", "2", "--window", window]
-        + ["--wakeups", "3"],
-        cwd=ROOT,
-        env=process_env(PUNCTUAL_LISTEN=listen, PUNCTUAL_LOG_LEVEL="WARNING"),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    out = run_bench(
+        "idle",
+        *("--workers", "2", "--window", window, "--wakeups", "3"),
+        PUNCTUAL_LISTEN=listen,
+        PUNCTUAL_LOG_LEVEL="WARNING",
     )
     expect(out.returncode == 0, out.stderr[-2000:])
     [result] = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
