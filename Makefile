@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: help install run manage db db-stop test test-fast test-faults test-pooler lint types fmt browser faketime pgbouncer
+.PHONY: help install run manage db db-stop test test-fast test-faults test-pooler test-pg15 lint types fmt browser faketime pgbouncer postgresql15
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -82,12 +82,14 @@ types: install ## mypy with django-stubs over the product code
 # one test database per worker); the process tier runs alone, because its tests
 # start dispatchers, workers and receivers and end by restarting the server.
 # Under CI=true the process tier then runs a second time with every process
-# behind PgBouncer in transaction pooling mode (test-pooler).
+# behind PgBouncer in transaction pooling mode (test-pooler). Last, the
+# second server: Debian's PostgreSQL 15, with JIT (test-pg15).
 test: lint types ## the whole suite: lint, types, then pytest on PostgreSQL (migrations check included)
-	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory browser faketime pgbouncer; fi
+	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory browser faketime pgbouncer postgresql15; fi
 	$(PYTEST) -q -rs -n 2 tests/unit tests/integration tests/browser
 	$(PYTEST) -q -rs --durations=10 tests/processes
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory test-pooler; fi
+	@$(MAKE) --no-print-directory test-pg15
 
 test-fast: install ## unit and integration tests only (no OS processes, no browser)
 	$(PYTEST) -q -rs tests/unit tests/integration
@@ -98,6 +100,30 @@ test-faults: install ## the fault suite alone: real processes, SIGKILL, a Postgr
 test-pooler: install ## the process tier (faults included) with every process behind PgBouncer, transaction mode
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory pgbouncer; fi
 	PUNCTUAL_TEST_POOLER=pgbouncer $(PYTEST) -q -rs --durations=10 tests/processes
+
+# The second supported server, Debian's PostgreSQL 15 as its package ships it
+# (LLVM JIT on), started by the test session itself on a private socket
+# (scheduler_site/localdb.py PUNCTUAL_PG_BINDIR), no system service. It runs
+# the integration tier (every database test and tests/integration/
+# test_hot_plans.py) and a bench e2e smoke run. Under CI=true the package is
+# installed first and the tier is mandatory; elsewhere, without the package,
+# it is skipped with the reason.
+PG15_BINDIR := /usr/lib/postgresql/15/bin
+test-pg15: install ## the integration tier and a bench e2e smoke run on Debian's PostgreSQL 15 (JIT)
+	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory postgresql15; fi
+	@if [ ! -x $(PG15_BINDIR)/initdb ]; then \
+	  echo "SKIPPED test-pg15: Debian's PostgreSQL 15 is not installed ($(PG15_BINDIR)/initdb);" \
+	    "'apt-get install postgresql-15' (as root) or CI=true installs it"; \
+	else \
+	  PUNCTUAL_PG_BINDIR=$(PG15_BINDIR) PUNCTUAL_TEST_REQUIRE_JIT=true \
+	    $(PYTEST) -q -rs -n 2 tests/integration && \
+	  PUNCTUAL_PG_BINDIR=$(PG15_BINDIR) PUNCTUAL_TEST_REQUIRE_JIT=true \
+	    $(PYTEST) -q -rs tests/processes/test_bench.py -k e2e; \
+	fi
+
+postgresql15: ## install Debian's postgresql-15 (with LLVM JIT) for the second server's tier, if missing
+	@test -x $(PG15_BINDIR)/initdb || \
+	  (apt-get update -qq && apt-get install -y -qq postgresql-15)
 
 browser: ## install Debian's chromium and chromium-driver for the browser tests, if missing
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \

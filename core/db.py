@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from django.db import connections, models
+from django.db import connections, models, transaction
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models.fields import AutoFieldMixin
 from psycopg.rows import dict_row, tuple_row
@@ -41,6 +41,30 @@ DB_NOW_SQL = (
     "(statement_timestamp()"
     " + coalesce(nullif(current_setting('punctual.clock_offset', true), ''), '0')::interval)"
 )
+
+
+# The first statement of every hot transaction (``hot_transaction``): the
+# dispatcher's tick, the claims (worker and pull API), heartbeats, releases,
+# completions and the API's creates. PostgreSQL JIT-compiles a statement
+# whose estimated cost passes ``jit_above_cost`` (100,000 by default), on
+# every execution, for seconds of CPU: worth it for an analytic query, never
+# for these, which each touch a batch of rows. Debian's, PGDG's and most
+# managed servers are built with LLVM and have JIT on; the embedded server
+# has none. Set for the transaction only, so it holds behind a transaction
+# pooler too, and leaves the session as it was.
+NO_JIT = "SET LOCAL jit = off"
+
+
+@contextmanager
+def hot_transaction(using: str = "default", *, savepoint: bool = True) -> Iterator[None]:
+    """``transaction.atomic()`` for a statement on a hot path: inside it no
+    statement is JIT-compiled (``NO_JIT``), whatever the server's settings.
+    Nested in a transaction, it sets the outer transaction's (``SET LOCAL``
+    lasts until the outermost one ends)."""
+    with transaction.atomic(using=using, savepoint=savepoint):
+        with connections[using].cursor() as cur:
+            cur.execute(NO_JIT)
+        yield
 
 
 def db_now(using: str = "default") -> dt.datetime:

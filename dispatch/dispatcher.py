@@ -44,10 +44,10 @@ from django.db import (
     OperationalError,
     close_old_connections,
     connection,
-    transaction,
 )
 
 from core import collector
+from core.db import hot_transaction
 from dispatch import fleet, queries
 from jobs.schedules import jitter_offset
 from runs import job_verbs, notify, partitions
@@ -131,7 +131,7 @@ class Dispatcher:
         """One batch of due jobs, one transaction. ``now`` is for tests only:
         production passes None, and the database clock decides."""
         started = time.monotonic()
-        with transaction.atomic():
+        with hot_transaction():
             # The floor stays put until the tick commits (runs/partitions.py).
             db_time, floor = partitions.now_and_floor()
             now = now or db_time

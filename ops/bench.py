@@ -205,16 +205,46 @@ def insert_jobs(
         cur.execute("ANALYZE jobs_job")
 
 
+def cpu_model() -> str:
+    """The CPU's model name, as the kernel reports it (/proc/cpuinfo)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith(("model name", "hardware", "cpu model")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def machine() -> dict:
+    """Where a figure holds: the machine (its CPU model and cores) and the
+    server (its version, and whether it has JIT and has it on: README
+    "Supported PostgreSQL servers")."""
     with connection.cursor() as cur:
-        cur.execute("SHOW server_version")
-        pg = cur.fetchone()[0]
+        cur.execute(
+            "SELECT current_setting('server_version'), pg_jit_available(), current_setting('jit')"
+        )
+        pg, jit_available, jit = cur.fetchone()
     return {
+        "cpu_model": cpu_model(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "postgresql": pg,
+        "jit_available": bool(jit_available),
+        "jit": jit,
         "platform": platform.platform(),
     }
+
+
+def describe_machine(figures: dict) -> str:
+    """``machine()`` as one line for a person."""
+    jit = "JIT available" if figures["jit_available"] else "no JIT"
+    if figures["jit_available"]:
+        jit += f", jit = {figures['jit']}"
+    return (
+        f"PostgreSQL {figures['postgresql']} ({jit}); CPU {figures['cpu_model']},"
+        f" {figures['cores']} cores; Python {figures['python']}"
+    )
 
 
 def median_of(values: list[float]) -> float:

@@ -13,12 +13,11 @@ under us nor have its advance overwritten by our save of a stale copy.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import zoneinfo
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import OuterRef, Subquery
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
@@ -39,7 +38,7 @@ from rest_framework.views import APIView
 from core.api_base import ApiViewMixin, check_if_match, etag
 from core.api_errors import UnprocessableKey, error_response
 from core.api_fields import EmptySerializer
-from core.db import DB_NOW_SQL, bound_cursor, db_now
+from core.db import DB_NOW_SQL, bound_cursor, db_now, hot_transaction
 from core.paginators import ApiCursor
 from jobs import changes, crypto, idempotency, quotas
 from jobs.display import describe_schedule
@@ -348,16 +347,13 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         jobs = [job for job, _ in created]
         initial = [changes.initial(attrs) for attrs in validated]
         allowed = limits.jobs_per_owner
-        # One statement, atomic alone: outside a transaction it runs in
-        # autocommit (no BEGIN and COMMIT round trips); inside one, a
-        # savepoint only for a list, whose clash is named by a query below.
-        block = (
-            transaction.atomic(savepoint=len(jobs) > 1)
-            if connection.in_atomic_block
-            else contextlib.nullcontext()
-        )
+        # One statement in a hot transaction (core/db.py NO_JIT: a bulk
+        # create's insert costs past jit_above_cost, and PostgreSQL would
+        # JIT-compile it on every request). Inside an outer transaction (an
+        # Idempotency-Key's), a savepoint only for a list, whose clash is
+        # named by a query below.
         try:
-            with block:
+            with hot_transaction(savepoint=len(jobs) > 1):
                 # The whole list, or none of it, decided under the owner's
                 # lock, which is held until the jobs are written.
                 live = Job.create_many(

@@ -25,9 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
-
-from core.db import DB_NOW_SQL, db_now, dict_cursor
+from core.db import DB_NOW_SQL, db_now, dict_cursor, hot_transaction
 from runs import notify, partitions
 
 # An attempt's deadline is its start + timeout_seconds + this grace. A
@@ -186,6 +184,9 @@ LOCK_RUN_AND_JOB = "FOR UPDATE OF r SKIP LOCKED FOR KEY SHARE OF j SKIP LOCKED"
 # from being taken; ``attempt < max_attempts`` leaves runs with no attempt
 # left to fail_exhausted (runs/outcomes.py). A run of a paused or deleted job
 # is not taken over: the dispatcher's cancel_stopped (runs/outcomes.py) ends it.
+# Oldest fire first, walking run_running_idx: lease_until, the order one might
+# expect, is in no index (heartbeats rewrite it and must stay HOT updates),
+# and ordering by it was a Sort, the plan ORDERED_WALK disables.
 CLAIM_EXPIRED = (
     """
     WITH c AS (
@@ -196,7 +197,7 @@ CLAIM_EXPIRED = (
           """
     + JOB_IS_LIVE
     + """
-        ORDER BY r.lease_until
+        ORDER BY r.scheduled_at
         LIMIT %(limit)s
         """
     + LOCK_RUN_AND_JOB
@@ -206,20 +207,21 @@ CLAIM_EXPIRED = (
 )
 
 # Worker claim loop and the pull API's claim, second statement: due waiting
-# runs of live jobs, oldest first (uses run_claim_webhook_idx /
-# run_claim_pull_idx). The worker runs it when one owner alone has due runs,
-# and to fill a batch that the owners' shares (FAIR_CLAIM) left short; the
-# pull API always (a pull worker claims its own owner's runs only). Under the
-# job's current overlap policy skip/queue a run waits while another run of
-# its job is running, or while an earlier one is still waiting, whatever
-# policy the runs were created under: that is what makes a queued fire start
-# only when the one ahead ends, and it keeps two runs of one job out of the
-# same batch. A run created under skip/queue (``exclusive``) also keeps waiting
-# for the other exclusive ones after a change to ``allow``: the partial unique
-# index run_one_running_per_exclusive_job, the backstop, counts those flags.
-# The CTE fence stops the planner from updating more than LIMIT rows, and
-# SKIP LOCKED lets concurrent claimers take disjoint batches instead of the
-# same run twice.
+# runs of live jobs, oldest first (uses run_claim_webhook_idx; a pull
+# worker's, run_claim_pull_owner_idx, or run_claim_pull_idx for one job). The
+# worker runs it when one owner alone has due runs, and to fill a batch that
+# the owners' shares (FAIR_CLAIM) left short; the pull API always (a pull
+# worker claims its own owner's runs only). Under the job's current overlap
+# policy skip/queue a run waits while another run of its job is running, or
+# while an earlier one is still waiting, whatever policy the runs were created
+# under: that is what makes a queued fire start only when the one ahead ends,
+# and it keeps two runs of one job out of the same batch. A run created under
+# skip/queue (``exclusive``) also keeps waiting for the other exclusive ones
+# after a change to ``allow``: the partial unique index
+# run_one_running_per_exclusive_job, the backstop, counts those flags. The CTE
+# fence stops the planner from updating more than LIMIT rows, and SKIP LOCKED
+# lets concurrent claimers take disjoint batches instead of the same run
+# twice.
 CLAIM_WAITING = (
     """
     WITH c AS (
@@ -253,9 +255,16 @@ CLAIM_WAITING = (
 # of partitions read 2.6 million pages in 760 ms; walking the claim indexes in
 # order (a merge of each partition's index, already sorted), 27,000 pages in
 # 16 ms. A claim then costs its batch, not the backlog: a backlog no longer
-# slows the claims that would drain it. SET LOCAL ends with the transaction;
-# where no ordered index exists (CLAIM_EXPIRED orders by lease_until) the
-# planner still sorts, as its only plan.
+# slows the claims that would drain it. SET LOCAL ends with the transaction.
+#
+# Every claim statement has an index that yields its order, so a plan
+# without a Sort always exists. That matters: before PostgreSQL 18 a
+# disabled node is not forbidden, it costs 1e10, and a statement whose only
+# plan needs one is priced past jit_above_cost (then JIT-compiled on every
+# run, seconds of CPU, unless NO_JIT) and planned as if nothing else
+# mattered. tests/integration/test_hot_plans.py explains every statement of
+# a claim as sent and fails on a node priced that high, or one marked
+# disabled (PostgreSQL 18).
 ORDERED_WALK = "SET LOCAL enable_sort = off"
 
 # Worker claim loop, before the waiting runs are claimed: the owners that
@@ -348,8 +357,10 @@ def several_owners() -> bool:
         return bool(cur.fetchone()["several"])
 
 
-# A pull worker claims only its owner's jobs (optionally one of them).
-PULL_SCOPE = "AND j.owner_id = %(owner_id)s {job}"
+# A pull worker claims only its owner's jobs (optionally one of them). The
+# run's copy of the owner is what run_claim_pull_owner_idx walks; the job's
+# is the one the claim is held to (they are always equal).
+PULL_SCOPE = "AND r.owner_id = %(owner_id)s AND j.owner_id = %(owner_id)s {job}"
 
 # The one lease rule, shared by HEARTBEAT and COMPLETE (runs/outcomes.py): a
 # run belongs to its current (lease_owner, attempt) until another claim takes
@@ -560,8 +571,8 @@ def claim(
     """
     scope = ""
     if job_owner_id is not None:
-        scope = PULL_SCOPE.format(job="AND j.id = %(job_id)s" if job_id else "")
-    with transaction.atomic(), dict_cursor() as cur:
+        scope = PULL_SCOPE.format(job="AND r.job_id = %(job_id)s" if job_id else "")
+    with hot_transaction(), dict_cursor() as cur:
         cur.execute(ORDERED_WALK)
         db_time, floor = partitions.now_and_floor()
         params: dict[str, Any] = {
@@ -617,7 +628,7 @@ def heartbeat(
     """
     if not held:
         return {}
-    with transaction.atomic(), dict_cursor() as cur:
+    with hot_transaction(), dict_cursor() as cur:
         cur.execute(
             HEARTBEAT,
             {
@@ -637,7 +648,7 @@ def release(owner: str, held: list[tuple[uuid.UUID, int]], now: dt.datetime | No
     and is recorded ``interrupted``. Returns the number of runs released."""
     if not held:
         return 0
-    with transaction.atomic(), dict_cursor() as cur:
+    with hot_transaction(), dict_cursor() as cur:
         cur.execute(
             RELEASE,
             {

@@ -22,7 +22,7 @@ from django.db.models.functions import Now
 
 from core.db import db_now
 from jobs.schedules import jitter_offset
-from runs import identity, notify
+from runs import identity, notify, partitions
 
 if TYPE_CHECKING:
     from jobs.models import Job
@@ -314,14 +314,29 @@ class Run(models.Model):
                 condition=Q(state__in=["pending", "retrying"], target_kind="webhook"),
                 name="run_claim_owner_idx",
             ),
-            # The pull API's claim (same query, per job of the caller).
+            # The pull API's claim for one job of the caller.
             models.Index(
                 fields=["job", "available_at"],
                 condition=Q(state__in=["pending", "retrying"], target_kind="pull"),
                 name="run_claim_pull_idx",
             ),
+            # The pull API's claim over all of the caller's jobs (runs/leases.py
+            # PULL_SCOPE without a job), in its order.
+            models.Index(
+                fields=["owner_id", "available_at"],
+                condition=Q(state__in=["pending", "retrying"], target_kind="pull"),
+                name="run_claim_pull_owner_idx",
+            ),
+            # The expired-lease claim (runs/leases.py CLAIM_EXPIRED): running runs
+            # in the order it takes them over. Not lease_until, which heartbeats
+            # rewrite: it is in no index, so that they stay HOT updates.
+            models.Index(
+                fields=["target_kind", "scheduled_at"],
+                condition=Q(state="running"),
+                name="run_running_idx",
+            ),
             # Overlap checks in the dispatcher and the claim's "an earlier run
-            # of this job is still active" test, plus the expired-lease reaper.
+            # of this job is still active" test.
             # lease_until is deliberately in no index, so heartbeats stay HOT.
             models.Index(
                 fields=["job", "scheduled_at"],
@@ -365,6 +380,10 @@ class Run(models.Model):
             raise RetryNotAllowed(
                 f"only failed or missed runs can be retried (run is {self.state})"
             )
+        # Waiting again, and maybe older than the active floor that bounds
+        # the claims: lowered in this transaction, so the run is claimable
+        # as soon as it commits (runs/partitions.py "The active floor").
+        partitions.lower_active_floor(self.scheduled_at)
         self.refresh_from_db()
         self.job.record_event(
             "run_retried", actor=actor, channel=channel, changes={"run": str(self.pk)}

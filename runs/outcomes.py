@@ -22,9 +22,7 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 
-from django.db import transaction
-
-from core.db import db_now, dict_cursor
+from core.db import db_now, dict_cursor, hot_transaction
 from runs import notify, stats
 from runs.after_attempt import FAILED, RETRYING, SUCCEEDED, pause_after_streak
 from runs.leases import (
@@ -245,7 +243,7 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
         return done
     by_id = {r.run_id: r for r in results}
     retrying_jobs = sorted({r.job_id for r in results if r.state == RETRYING})
-    with transaction.atomic():
+    with hot_transaction():
         now = now or db_now()
         with dict_cursor() as cur:
             if retrying_jobs:
@@ -364,7 +362,7 @@ def fail_exhausted(now: dt.datetime | None = None) -> int:
     """Runs whose last allowed attempt lost its lease end ``failed``."""
     from runs.models import Reason
 
-    with transaction.atomic():
+    with hot_transaction():
         with dict_cursor() as cur:
             cur.execute(FAIL_EXHAUSTED, {"now": now or db_now(), "reason": Reason.LEASE_EXHAUSTED})
             rows = cur.fetchall()
@@ -388,7 +386,7 @@ def fail_exhausted(now: dt.datetime | None = None) -> int:
 def cancel_stopped(now: dt.datetime | None = None) -> int:
     """Runs of paused or deleted jobs that nothing else will stop end
     ``cancelled`` (CANCEL_STOPPED). Returns the number of runs cancelled."""
-    with transaction.atomic(), dict_cursor() as cur:
+    with hot_transaction(), dict_cursor() as cur:
         cur.execute(CANCEL_STOPPED, {"now": now or db_now()})
         rows = cur.fetchall()
     for row in rows:

@@ -27,13 +27,19 @@ scheduled on 2026-12-01 and their attempts.
   planner's time grows with the partitions it keeps). How it stays true:
   - lowering: after each INSERT statement on ``runs_run``, a trigger lowers
     the floor to the day of the oldest unfinished run the statement wrote,
-    if that is older (migration 0011). Only inserts make runs unfinished:
-    no statement moves a finished run back to waiting.
+    if that is older (migrations 0011, 0012). One other statement makes a
+    run unfinished: an operator's retry moves a failed or missed run back to
+    waiting (``Run.retry``), and lowers the floor to its day in the same
+    transaction (``lower_active_floor()``), so the run is claimable at once.
   - raising: ``raise_active_floor()``, in the dispatchers' housekeeping,
     sets it to the oldest unfinished run's day, never later than yesterday.
     It locks the row, then holds ``FLOOR_LOCK_KEY`` exclusively (trying,
-    never waiting), which the trigger holds shared, so no run written but
-    not yet committed is left below it.
+    never waiting), which every lowering holds shared, so no run written but
+    not yet committed is left below it. It waits for the row at most
+    ``FLOOR_LOCK_TIMEOUT``: the claims and ticks hold it FOR SHARE, and a
+    stream of overlapping share lockers can keep it forever (a new share
+    lock never queues behind a waiting FOR UPDATE). A raise that cannot
+    have the row is left for the next round, and the dispatcher goes on.
   - reading: ``now_and_floor()`` reads it FOR SHARE, so a lowering cannot
     commit while the reader's transaction uses the old value: a run it
     writes below that value is seen by the reader's next transaction,
@@ -50,6 +56,7 @@ import datetime as dt
 import logging
 
 from django.db import OperationalError, connection, transaction
+from psycopg.errors import LockNotAvailable
 
 from core.db import DB_NOW_SQL
 
@@ -68,6 +75,11 @@ ADVISORY_KEY = 0x50554E43  # "PUNC"
 # that lowers it (migration 0011 spells the same number), exclusively by
 # raise_active_floor().
 FLOOR_LOCK_KEY = 0x464C4F52  # "FLOR"
+
+# How long raise_active_floor() waits for the floor's row before it leaves
+# the raise for the next housekeeping round: the dispatcher's loop waits
+# that long at most, a small part of the second a fire may be late by.
+FLOOR_LOCK_TIMEOUT = "100ms"
 
 # (parent, default partition), runs first: every statement that writes both
 # tables locks runs_run first, and so does every partition change here.
@@ -268,6 +280,10 @@ OLDEST_ACTIVE_IN_DEFAULT = """
     WHERE state IN ('pending', 'running', 'retrying')
 """
 
+# The insert trigger's lowering, for a run made unfinished by an update
+# (migration 0012): the shared advisory lock, then the row.
+LOWER_FLOOR = "SELECT runs_active_floor_lower(%(at)s)"
+
 SET_FLOOR = """
     UPDATE runs_active_floor SET since = %(since)s WHERE since IS DISTINCT FROM %(since)s
 """
@@ -281,34 +297,61 @@ def now_and_floor() -> tuple[dt.datetime, dt.datetime]:
     return now.astimezone(dt.UTC), floor
 
 
+def lower_active_floor(at: dt.datetime) -> None:
+    """Lower the floor to ``at``'s day if it is above it, in the caller's
+    transaction, as the insert trigger does for the runs it writes: for a
+    statement that makes an older run unfinished again (``Run.retry``). It
+    waits for the claims and ticks that hold the row FOR SHARE, as an
+    insert's trigger does."""
+    with connection.cursor() as cur:
+        cur.execute(LOWER_FLOOR, {"at": at})
+
+
 def raise_active_floor(now: dt.datetime) -> dt.datetime | None:
     """Set the floor to the start of the oldest unfinished run's day, and no
     later than the start of yesterday (UTC), so the dispatcher's fires of
     the last day never have to lower it. Returns the floor set, or None when
-    a run insert was in progress (the next round tries again).
+    a run insert was in progress, or the claims and ticks held the row for
+    longer than ``FLOOR_LOCK_TIMEOUT`` (the next round tries again).
 
-    The row first, FOR UPDATE: it waits for the claims and ticks that read
-    the floor to end. Then the advisory lock, by trying: holding it while
-    waiting for the row would deadlock with a tick that holds the row FOR
-    SHARE and whose insert's trigger waits for the advisory lock. Each check
-    below is a statement of its own, after both: it sees every insert that
-    committed before, and no insert can commit an unfinished run meanwhile
+    The row first, FOR UPDATE: it waits for the claims and ticks that read the
+    floor to end, for ``FLOOR_LOCK_TIMEOUT`` at most. Then the advisory lock,
+    by trying: holding it while waiting for the row would deadlock with a tick
+    that holds the row FOR SHARE and whose insert's trigger waits for the
+    advisory lock. Each check below is a statement of its own, after both: it
+    sees every insert that committed before, and no insert can commit an
+    unfinished run meanwhile
     (the trigger waits for the advisory lock)."""
     floor = _day_start(now) - dt.timedelta(days=1)
-    with transaction.atomic(), connection.cursor() as cur:
-        cur.execute("SELECT since FROM runs_active_floor FOR UPDATE")
-        cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [FLOOR_LOCK_KEY])
-        if not cur.fetchone()[0]:
-            return None
-        cur.execute(OLDEST_ACTIVE_IN_DEFAULT)
-        oldest = cur.fetchone()[0]
-        if oldest is not None:
-            floor = min(floor, _day_start(oldest))
-        for day in day_partitions():
-            if _day_start(day) >= floor:
-                break
-            if _has_active_runs(day):
-                floor = _day_start(day)
-                break
-        cur.execute(SET_FLOOR, {"since": floor})
+    try:
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(f"SET LOCAL lock_timeout = '{FLOOR_LOCK_TIMEOUT}'")
+            cur.execute("SELECT since FROM runs_active_floor FOR UPDATE")
+            return _raise_locked(cur, floor)
+    except OperationalError as exc:
+        if not isinstance(exc.__cause__, LockNotAvailable):
+            raise
+        log.info(
+            "active floor not raised: claims or ticks hold its row, retried next round",
+            extra={"lock_timeout": FLOOR_LOCK_TIMEOUT},
+        )
+        return None
+
+
+def _raise_locked(cur, floor: dt.datetime) -> dt.datetime | None:
+    """raise_active_floor() once it holds the floor's row."""
+    cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [FLOOR_LOCK_KEY])
+    if not cur.fetchone()[0]:
+        return None
+    cur.execute(OLDEST_ACTIVE_IN_DEFAULT)
+    oldest = cur.fetchone()[0]
+    if oldest is not None:
+        floor = min(floor, _day_start(oldest))
+    for day in day_partitions():
+        if _day_start(day) >= floor:
+            break
+        if _has_active_runs(day):
+            floor = _day_start(day)
+            break
+    cur.execute(SET_FLOOR, {"since": floor})
     return floor

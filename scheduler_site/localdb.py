@@ -21,6 +21,12 @@ The fault suite's failover scenario also runs a streaming standby of a server
 (``start_standby``), kills the primary as a lost host would (``crash``) and
 promotes the standby (``promote``).
 
+The same commands run another installation's binaries on a data directory of
+ours when ``PUNCTUAL_PG_BINDIR`` names its ``bin/`` directory: CI runs its
+second server, Debian's PostgreSQL 15 with JIT, this way
+(``PUNCTUAL_PG_BINDIR=/usr/lib/postgresql/15/bin``), as a plain process on a
+private socket, with no system service.
+
 PostgreSQL refuses to run as root. As root (CI), the server runs as the system
 user ``embedded_postgres``, which is created if missing, and the data directory
 is handed to it.
@@ -77,8 +83,19 @@ def _pg_home() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall"
 
 
+def _bin_dir() -> Path:
+    """The server binaries: ``PUNCTUAL_PG_BINDIR``, or the embedded ones."""
+    chosen = os.environ.get("PUNCTUAL_PG_BINDIR")
+    if chosen:
+        path = Path(chosen)
+        if not (path / "initdb").exists():
+            raise LocalDatabaseError(f"PUNCTUAL_PG_BINDIR={chosen} holds no initdb")
+        return path
+    return _pg_home() / "bin"
+
+
 def _bin(name: str) -> str:
-    return str(_pg_home() / "bin" / name)
+    return str(_bin_dir() / name)
 
 
 def socket_dir(data_dir: Path) -> Path:
@@ -130,7 +147,7 @@ def _make_reachable(data_dir: Path, sock: Path) -> None:
     tools (pytest's temporary directories, for one) set 0700 again later."""
     if os.geteuid() != 0:
         return
-    for path in (data_dir, sock, _pg_home()):
+    for path in (data_dir, sock, _bin_dir()):
         for parent in path.parents:
             mode = parent.stat().st_mode
             if mode & 0o011 != 0o011:
@@ -352,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.action == "start":
             url = start(args.data_dir)
-            print(f"embedded PostgreSQL running on {socket_dir(args.data_dir)} ({url})")
+            print(f"PostgreSQL running on {socket_dir(args.data_dir)} ({url})")
         elif args.action == "stop":
             stop(args.data_dir)
         elif args.action == "url":

@@ -18,8 +18,10 @@ os.environ.setdefault("PUNCTUAL_ALLOW_PRIVATE_TARGETS", "false")
 
 def pytest_report_header(config):
     data_dir = os.environ.get("PUNCTUAL_TEST_PGDATA")
+    bindir = os.environ.get("PUNCTUAL_PG_BINDIR")
+    server = f"the PostgreSQL of {bindir}" if bindir else "embedded PostgreSQL"
     if data_dir:
-        return f"database: embedded PostgreSQL in {data_dir} (started for this session)"
+        return f"database: {server} in {data_dir} (started for this session)"
     return "database: DATABASE_URL"
 
 

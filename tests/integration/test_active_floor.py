@@ -85,6 +85,24 @@ def test_a_backfill_older_than_the_floor_lowers_it_and_its_run_is_claimed(owner,
 
 
 @pytest.mark.django_db
+def test_a_retried_run_older_than_the_floor_is_claimable_at_once(owner):
+    """Regression: an operator's retry moves a failed run back to waiting
+    without an insert, so the trigger did not lower the floor, and no claim
+    saw a run older than it until the next housekeeping lowered it
+    (runs/partitions.py lower_active_floor, called by Run.retry)."""
+    now = db_now()
+    job = make_job(owner, overlap_policy="allow")
+    Run.objects.create_for_fires(job, [now - 5 * DAY], kind=RunKind.BACKFILL)
+    run = Run.objects.get(job=job)
+    Run.objects.filter(pk=run.pk).update(state="failed", finished_at=now)
+    assert partitions.raise_active_floor(now) == day_start(now) - DAY
+    run.refresh_from_db()
+    run.retry()
+    assert floor() == day_start(run.scheduled_at)
+    assert claimed_ids() == {run.pk}
+
+
+@pytest.mark.django_db
 def test_a_raise_stops_at_the_oldest_unfinished_run_and_passes_finished_ones(owner):
     now = db_now()
     set_floor(dt.datetime.min.replace(tzinfo=dt.UTC))
@@ -140,11 +158,14 @@ def test_a_lowering_waits_for_the_transactions_that_read_the_floor(owner):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_raise_beside_a_tick_that_writes_runs_does_not_deadlock(owner):
+def test_a_raise_beside_a_tick_that_writes_runs_does_not_deadlock(owner, monkeypatch):
     """Regression: the raise took the advisory lock, then waited for the
     floor's row, which a tick held FOR SHARE; the tick's insert then waited
     for the advisory lock in its trigger, and PostgreSQL aborted one of the
-    two as a deadlock. The raise now takes the row first."""
+    two as a deadlock. The raise now takes the row first. It waits for the
+    row long enough here to be seen waiting (a dispatcher gives up after
+    FLOOR_LOCK_TIMEOUT: the next test)."""
+    monkeypatch.setattr(partitions, "FLOOR_LOCK_TIMEOUT", "30s")
     now = db_now()
     job = make_job(owner, overlap_policy="allow")
     ticking, go = held_open(
@@ -166,6 +187,27 @@ def test_a_raise_beside_a_tick_that_writes_runs_does_not_deadlock(owner):
     if floor_set is None:
         floor_set = partitions.raise_active_floor(now)
     assert floor_set == day_start(now) - DAY
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_raise_gives_up_on_a_row_the_claims_hold_and_comes_back(owner):
+    """The claims and ticks hold the floor's row FOR SHARE, and a stream of
+    them can hold it for ever: the raise waits FLOOR_LOCK_TIMEOUT at most,
+    leaves the floor for the next round, and raises it once the row is free.
+    Without the timeout the raise waits for as long as the row is held (the
+    dispatcher's own loop with it: tests/processes/test_dispatch.py)."""
+    now = db_now()
+    set_floor(dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
+    holder, release = held_open(partitions.now_and_floor)
+    try:
+        raising = races.start(lambda: partitions.raise_active_floor(now))
+        wait_until(lambda: not raising.is_alive(), timeout=30, message="the raise gives up")
+        assert raising.result() is None
+        assert floor() == dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+    finally:
+        release.set()
+        holder.result()
+    assert partitions.raise_active_floor(now) == day_start(now) - DAY
 
 
 def _partition_days(node: dict) -> set[dt.date]:

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from ops import bench as ops_bench
-from tests import pooler
+from tests import plans, pooler
 from tests.factories import make_job
 from tests.processes.conftest import ROOT, process_env
 
@@ -84,6 +84,21 @@ def test_e2e_scenario_has_no_duplicate_or_lost_fires(receiver):
         expect(result["cpu_seconds"]["postgres"] > 0, result)
     expect(set(result["cpu_seconds"]) == processes, result)
     expect(result["health_ms"]["p50"] > 0, result)
+    # Where the figures hold: the session's server, whether it has JIT, the CPU.
+    server = plans.server()
+    expect(result["machine"]["postgresql"].split()[0].split(".")[0] == str(server["major"]), result)
+    expect(result["machine"]["jit_available"] == server["jit_available"], result)
+    expect(result["machine"]["cpu_model"] not in ("", "unknown"), result)
+
+
+def test_e2e_bench_prints_where_its_figures_hold():
+    out = run_bench("e2e", "--jobs", "5", "--duration", "1")
+    expect(out.returncode == 0, out.stderr[-2000:])
+    server = plans.server()
+    line = next(line for line in out.stderr.splitlines() if line.startswith("bench on "))
+    expect(f"PostgreSQL {server['major']}" in line, line)
+    expect(("JIT available" if server["jit_available"] else "no JIT") in line, line)
+    expect(ops_bench.cpu_model() in line, line)
 
 
 def test_slow_scenario_holds_every_delivery_in_flight_at_once():

@@ -5,8 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import signal
 from collections import defaultdict
+from pathlib import Path
 
+import psycopg
 import pytest
+from django.db import connection
 from django.db.models import Count
 
 from core.db import db_now
@@ -14,6 +17,7 @@ from dispatch.models import ProcessHeartbeat
 from jobs.models import Job
 from runs import job_verbs
 from runs.models import Run
+from tests.database import subprocess_database_url
 from tests.factories import make_job, rewrite_job
 from tests.processes.conftest import wait_until
 
@@ -176,3 +180,48 @@ def test_a_job_whose_schedule_cannot_be_read_does_not_stop_the_dispatcher(owner,
     bad.refresh_from_db()
     assert "cannot be read" in bad.pause_note and "US/Pacific-New" in bad.pause_note
     assert not Run.objects.filter(job=bad).exists()
+
+
+def test_fires_keep_coming_while_claims_hold_the_floor_and_the_raise_waits(owner, processes):
+    """Regression: the dispatcher's housekeeping raised the active floor with
+    a plain ``FOR UPDATE`` on its row, which the claims hold FOR SHARE. Behind
+    overlapping claims it waited for ever (new share locks do not queue
+    behind it), and the only dispatcher made no fires. Here another
+    connection holds the row FOR SHARE for 20 s, as a claim would: fires go on
+    being made on time, the raise is left for later rounds
+    (runs/partitions.py FLOOR_LOCK_TIMEOUT), and it happens once the lock is
+    gone. With the plain wait, no fire of those 20 s is made until the end."""
+    job = make_job(owner, interval_seconds=1, overlap_policy="allow", name="every-second")
+    runs = Run.objects.filter(job=job)
+    proc = processes.manage("dispatch", name="dispatch")
+    wait_until(lambda: runs.count() >= 2, timeout=60, message="the dispatcher's first fires")
+    url = subprocess_database_url()
+    # A floor far below every run: the next housekeeping round would raise it.
+    with psycopg.connect(url, autocommit=True) as setup:
+        setup.execute("UPDATE runs_active_floor SET since = '2000-01-01T00:00:00Z'")
+    hold = psycopg.connect(url)
+    try:
+        hold.execute("SELECT since FROM runs_active_floor FOR SHARE")
+        held_from = db_now()
+        # Four housekeeping rounds (one every 5 s) meet the held row.
+        wait_until(lambda: db_now() - held_from >= 20 * S, timeout=60, message="20 s held")
+        held_until = db_now()
+        assert floor_now() == dt.datetime(2000, 1, 1, tzinfo=dt.UTC)  # not raised meanwhile
+    finally:
+        hold.close()
+    during = runs.filter(scheduled_at__gt=held_from, scheduled_at__lte=held_until - 2 * S)
+    assert during.count() >= 17
+    late = [run.created_at - run.scheduled_at for run in during]
+    # On time: made within a few seconds however busy the machine (the wait
+    # this guards against made them 20 s late).
+    assert max(late) < 5 * S, late
+    yesterday = dt.datetime.combine(db_now().date(), dt.time(), tzinfo=dt.UTC) - dt.timedelta(1)
+    wait_until(lambda: floor_now() >= yesterday, timeout=60, message="the raise once released")
+    assert processes.stop(proc) == 0
+    assert "active floor not raised" in Path(proc.log_path).read_text()
+
+
+def floor_now() -> dt.datetime:
+    with connection.cursor() as cur:
+        cur.execute("SELECT since FROM runs_active_floor")
+        return cur.fetchone()[0]

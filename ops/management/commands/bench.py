@@ -108,6 +108,9 @@ class Command(BaseCommand):
             raise CommandError("--bulk-size must be at most 1000 (the API's limit per request)")
         every = tuple(s for s in SCENARIOS if s not in (*ALONE, "all"))
         wanted = every if o["scenario"] == "all" else (o["scenario"],)
+        # Where the figures hold, for the person reading them (the JSON of
+        # each scenario carries the same under "machine").
+        self.stderr.write(f"bench on {bench.describe_machine(bench.machine())}")
         for scenario in wanted:
             try:
                 params, figures = self.run(scenario, o)

@@ -1,0 +1,208 @@
+"""The hot statements' plans, on whichever server the session runs (the
+embedded PostgreSQL 18, or Debian's 15 with JIT under CI: Makefile
+``test-pg15``). No clock: what a plan must look like, not how fast it runs.
+
+- Inside every hot transaction (the dispatcher's tick, the worker's and the
+  pull API's claims, heartbeats, releases, completions, the API's creates)
+  ``SHOW jit`` answers ``off``, and with ``jit_above_cost = 0`` no statement's
+  plan has a JIT section (core/db.py NO_JIT).
+- No node of those plans is priced at 1e9 or more, and on PostgreSQL 18 none
+  is marked disabled: every claim has an index that yields its order
+  (runs/leases.py ORDERED_WALK).
+- A claim reads a bounded number of buffers per run it takes, beside 2,000
+  as beside 20,000 waiting runs: it costs its batch, not the backlog.
+
+Each statement is explained as the code sends it (tests/plans.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+import pytest
+from django.db import connection
+
+from core.db import db_now, insert_rows
+from dispatch.dispatcher import Dispatcher
+from jobs.models import Job
+from runs import identity, leases, outcomes
+from runs.models import Run, RunKind
+from tests import plans
+from tests.factories import make_job, rewrite_job
+from tests.integration.api.support import PUBLIC_URL, token_client
+from tests.plans import explaining, jit_everywhere
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+S = dt.timedelta(seconds=1)
+# Buffers a claim may read per run it takes (shared hits and reads, summed
+# over the claim's statements). About 20 to 40 on either server.
+BUFFERS_PER_CLAIMED_RUN = 60
+
+
+def assert_hot(statements, at_least: int = 1) -> None:
+    assert len(statements) >= at_least, [s.sql for s in statements]
+    problems = [p for s in statements for p in s.problems()]
+    assert problems == [], "\n".join(problems)
+
+
+def vacuum() -> None:
+    with connection.cursor() as cur:
+        cur.execute("VACUUM ANALYZE runs_run")
+        cur.execute("VACUUM ANALYZE jobs_job")
+
+
+def due_runs(owner, jobs: int, runs_each: int, **fields) -> list:
+    """``jobs`` jobs of ``owner`` (overlap allow: each run may go) with
+    ``runs_each`` due waiting runs each, the oldest 2 minutes old."""
+    now = db_now()
+    made = []
+    for j in range(jobs):
+        job = make_job(owner, overlap_policy="allow", **fields)
+        fires = [now - 120 * S - (n * jobs + j) * S for n in range(runs_each)]
+        Run.objects.create_for_fires(job, fires, kind=RunKind.SCHEDULED)
+        made.append(job)
+    return made
+
+
+def one_due_run_each(owner, jobs: int, **fields) -> None:
+    """``jobs`` jobs of ``owner`` under overlap skip, as most are, each with
+    one due waiting run: each run the claim considers has its turn checked
+    (runs/leases.py ITS_TURN), which is what made a claim cost the backlog.
+    Written in two statements, as a bulk create and a tick would."""
+    now = db_now()
+    made = [
+        Job(
+            owner=owner,
+            name=f"{owner.username}-{n}",
+            interval_seconds=60,
+            overlap_policy="skip",
+            url=fields.get("url", "http://127.0.0.1:9/hook"),
+            target_kind=fields.get("target_kind", "webhook"),
+        )
+        for n in range(jobs)
+    ]
+    Job.create_many(made, now=now, changes=[{}] * jobs)
+    runs = []
+    for n, job in enumerate(made):
+        fire = now - 120 * S - n * dt.timedelta(milliseconds=1)
+        runs.append(
+            Run(
+                id=identity.fire_id(job.pk, fire),
+                job=job,
+                scheduled_at=fire,
+                available_at=fire,
+                kind=RunKind.SCHEDULED,
+                max_attempts=job.max_attempts,
+                target_kind=job.target_kind,
+                exclusive=True,
+                owner_id=job.owner_id,
+            )
+        )
+    insert_rows(runs)
+
+
+def test_a_tick_runs_without_jit_or_a_disabled_node(owner):
+    now = db_now()
+    simple = make_job(owner, interval_seconds=60)
+    planned = make_job(owner, cron="* * * * *", overlap_policy="skip")
+    busy = make_job(owner, interval_seconds=60, overlap_policy="skip")
+    Run.objects.create_for_fires(busy, [now - 300 * S], kind=RunKind.SCHEDULED)
+    for job in (simple, planned, busy):
+        rewrite_job(job, next_fire_at=now - 2 * S)
+    with jit_everywhere(), explaining() as statements:
+        result = Dispatcher(batch_size=100).tick()
+    assert result.jobs == 3
+    assert_hot(statements, at_least=3)
+
+
+@pytest.mark.parametrize("kind", ["one owner", "owners' shares", "expired leases"])
+def test_a_worker_claim_runs_without_jit_or_a_disabled_node(owner, other_owner, kind):
+    due_runs(owner, jobs=20, runs_each=5)
+    if kind == "owners' shares":
+        due_runs(other_owner, jobs=5, runs_each=5)
+    if kind == "expired leases":
+        # Taken by a worker a minute ago with a 5 s lease, which expired.
+        taken = leases.claim("gone", limit=30, lease_seconds=5, now=db_now() - 60 * S)
+        assert len(taken) == 30
+    vacuum()
+    with jit_everywhere(), explaining() as statements:
+        claimed = leases.claim(
+            "w1", limit=50, lease_seconds=30, fair=kind == "owners' shares", owner_cap=40
+        )
+    assert len(claimed) == 50
+    if kind == "expired leases":
+        assert sum(c.attempt == 2 for c in claimed) == 30
+    assert_hot(statements, at_least=2)
+
+
+@pytest.mark.parametrize("one_job", [False, True])
+def test_the_pull_apis_claim_runs_without_jit_or_a_disabled_node(owner, one_job):
+    jobs = due_runs(owner, jobs=10, runs_each=10, target_kind="pull", url="")
+    vacuum()
+    body = {"worker": "w1", "limit": 20, **({"job": str(jobs[3].pk)} if one_job else {})}
+    api = token_client(owner)
+    with jit_everywhere(), explaining(lambda sql: "runs_run" in sql) as statements:
+        answer = api.post("/api/v1/runs/claim/", body, "json")
+    assert answer.status_code == 200, answer.content
+    assert len(answer.json()) == (10 if one_job else 20)
+    assert_hot(statements, at_least=2)
+
+
+def test_heartbeats_completions_and_releases_run_without_jit(owner):
+    due_runs(owner, jobs=10, runs_each=3)
+    claimed = leases.claim("w1", limit=30, lease_seconds=30)
+    held = [(c.run_id, c.attempt) for c in claimed]
+    done = [
+        outcomes.Result(run_id=c.run_id, job_id=c.job_id, attempt=c.attempt, state="succeeded")
+        for c in claimed[:20]
+    ]
+    with jit_everywhere(), explaining() as statements:
+        assert len(leases.heartbeat("w1", held, scheduled=[c.scheduled_at for c in claimed])) == 30
+        assert len(outcomes.complete("w1", done).applied) == 20
+        assert leases.release("w1", held[20:]) == 10
+    assert_hot(statements, at_least=3)
+
+
+@pytest.mark.parametrize("jobs", [1, 200])
+def test_the_apis_creates_run_without_jit(owner, jobs):
+    api = token_client(owner)
+    items = [{"name": f"hot-{n}", "interval_seconds": 60, "url": PUBLIC_URL} for n in range(jobs)]
+    with jit_everywhere(), explaining(lambda sql: 'INSERT INTO "jobs_job"' in sql) as statements:
+        answer = api.post("/api/v1/jobs/", items[0] if jobs == 1 else items, "json")
+    assert answer.status_code == 201, answer.content
+    assert_hot(statements)
+
+
+@pytest.mark.parametrize("waiting", [2_000, 20_000])
+@pytest.mark.parametrize("claimer", ["worker", "pull API"])
+def test_a_claim_reads_a_bounded_number_of_buffers_per_run(owner, other_owner, waiting, claimer):
+    """The claim's statements, summed, per run claimed: the same bound
+    beside 2,000 and beside 20,000 waiting runs."""
+    pull = {"target_kind": "pull", "url": ""} if claimer == "pull API" else {}
+    one_due_run_each(owner, waiting, **pull)
+    if claimer == "worker":
+        one_due_run_each(other_owner, 100)  # two owners: the fair claim
+    vacuum()
+    with explaining(lambda sql: "runs_run" in sql) as statements:
+        if claimer == "worker":
+            claimed = leases.claim("w1", limit=200, lease_seconds=30)
+        else:
+            answer = token_client(owner).post(
+                "/api/v1/runs/claim/", {"worker": "w1", "limit": 100}, "json"
+            )
+            assert answer.status_code == 200, answer.content
+            claimed = answer.json()
+    assert len(claimed) == (200 if claimer == "worker" else 100)
+    per_run = sum(s.buffers for s in statements) / len(claimed)
+    assert per_run <= BUFFERS_PER_CLAIMED_RUN, [(s.sql[:60], s.buffers) for s in statements]
+
+
+def test_the_session_runs_on_the_server_asked_for():
+    """The second server's tier (Makefile ``test-pg15``) asks for a server with
+    JIT: a session that fell back to the embedded one would prove nothing."""
+    server = plans.server()
+    if os.environ.get("PUNCTUAL_TEST_REQUIRE_JIT") == "true":
+        assert server["jit_available"], server
+    assert server["major"] >= 15, server

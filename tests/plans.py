@@ -1,0 +1,124 @@
+"""What a hot statement's plan must look like, checked without a clock.
+
+``explaining()`` watches every statement Django's connection sends while it
+is open (an execute wrapper, so a statement is seen exactly as the code sends
+it, parameters included). For each one it asks, in the statement's own
+transaction and just before it runs:
+
+- ``SHOW jit``: a hot transaction sets ``jit = off`` (core/db.py NO_JIT);
+- ``EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)`` of the statement, inside a
+  savepoint that is rolled back, so the statement then runs once, as sent.
+
+``problems()`` names what is wrong with the plans: a statement outside a
+transaction, ``jit`` on, a JIT section (with ``jit_above_cost = 0``, which
+``jit_everywhere()`` sets, any statement planned with JIT on has one), a node
+priced at 1e9 or more (before PostgreSQL 18 a disabled node costs 1e10), or a
+node PostgreSQL 18 marks disabled. The same checks hold on every server:
+the embedded 18, which has no JIT, and Debian's 15, which has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection
+
+# A node priced this high was disabled (enable_* = off adds 1e10 to it before
+# PostgreSQL 18); no plan of a hot statement comes near it.
+DISABLED_COST = 1e9
+
+# Statements that set up or end a transaction rather than do its work.
+_BOOKKEEPING = ("SET ", "SHOW ", "SAVEPOINT", "RELEASE ", "ROLLBACK")
+
+
+@dataclass
+class Explained:
+    sql: str
+    in_transaction: bool
+    jit: str = ""
+    plan: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def buffers(self) -> int:
+        """Shared buffers the statement's execution touched (hit or read)."""
+        top = self.plan.get("Plan", {})
+        return int(top.get("Shared Hit Blocks", 0)) + int(top.get("Shared Read Blocks", 0))
+
+    def problems(self) -> list[str]:
+        head = " ".join(self.sql.split())[:90]
+        if not self.in_transaction:
+            return [f"outside a transaction: {head}"]
+        found = []
+        if self.jit != "off":
+            found.append(f"jit is {self.jit!r}: {head}")
+        if "JIT" in self.plan:
+            found.append(f"JIT-compiled ({self.plan['JIT'].get('Functions')} functions): {head}")
+        for node in _nodes(self.plan.get("Plan", {})):
+            if node.get("Total Cost", 0) >= DISABLED_COST:
+                found.append(f"{node['Node Type']} costs {node['Total Cost']:.0f}: {head}")
+            if node.get("Disabled"):
+                found.append(f"{node['Node Type']} is disabled: {head}")
+        return found
+
+
+def _nodes(node: dict) -> Iterator[dict]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _nodes(child)
+
+
+def _value(row: Any) -> Any:
+    """The first column of a row, whatever the cursor's row factory."""
+    return next(iter(row.values())) if isinstance(row, dict) else row[0]
+
+
+@contextmanager
+def explaining(watch: Callable[[str], bool] = lambda sql: True) -> Iterator[list[Explained]]:
+    """Every statement ``watch`` accepts, explained as sent (see the module)."""
+    seen: list[Explained] = []
+
+    def wrapper(execute, sql, params, many, context):
+        text = sql.lstrip()
+        if many or text.upper().startswith(_BOOKKEEPING) or not watch(sql):
+            return execute(sql, params, many, context)
+        record = Explained(sql=sql, in_transaction=connection.in_atomic_block)
+        seen.append(record)
+        if record.in_transaction:
+            # The statement's own psycopg cursor (its binding, its row
+            # factory), under Django's wrapper; the statement itself runs on
+            # it next, so nothing is left behind.
+            cur = context["cursor"].cursor
+            cur.execute("SHOW jit")
+            record.jit = _value(cur.fetchone())
+            cur.execute("SAVEPOINT explain_hot")
+            cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
+            record.plan = _value(cur.fetchone())[0]
+            cur.execute("ROLLBACK TO SAVEPOINT explain_hot")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        yield seen
+
+
+@contextmanager
+def jit_everywhere() -> Iterator[None]:
+    """This connection plans every statement for JIT (``jit_above_cost = 0``)
+    where its transaction leaves ``jit`` on; reset afterwards."""
+    with connection.cursor() as cur:
+        cur.execute("SET jit_above_cost = 0")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("RESET jit_above_cost")
+
+
+def server() -> dict[str, Any]:
+    """The session's server: its major version and whether it has JIT."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT current_setting('server_version_num')::int, pg_jit_available()")
+        version, jit = cur.fetchone()
+    return {"major": version // 10000, "jit_available": jit}
