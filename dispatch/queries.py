@@ -120,26 +120,34 @@ INSERT_RUNS_AND_ADVANCE = """
     SELECT state, count(*) AS runs FROM ins GROUP BY state
 """
 
-# The fast path's share of the overlap rule. The rule itself is stated once,
-# in runs/planning.py (overlap_skips): ``skip`` skips a fire while the job
-# has a run running or waiting, ``queue`` while it has one waiting (pending or
-# retrying), ``allow`` never. The fast path takes one fire per job, so it takes
-# only the jobs where that one fire is pending: the others stay due, and the
-# planned path decides them.
-NOTHING_FOR_OVERLAP_TO_DECIDE = """
-    (overlap_policy = 'allow' OR NOT EXISTS (
+# The fast path's statement of the overlap rule, for its one fire of job
+# ``j``. The rule itself is stated in runs/planning.py (overlap_skips):
+# ``skip`` skips a fire while the job has a run running or waiting, ``queue``
+# while it has one waiting (pending or retrying), ``allow`` never. Read once
+# the job is locked, as the planned path reads ACTIVE_COUNTS (uses
+# run_active_idx, one probe per partition from the floor on).
+OVERLAP_SKIPS = """
+    (j.overlap_policy <> 'allow' AND EXISTS (
         SELECT 1 FROM runs_run AS a
-        WHERE a.job_id = jobs_job.id AND a.state IN ('pending', 'running', 'retrying')
+        WHERE a.job_id = j.id AND a.state IN ('pending', 'running', 'retrying')
           AND a.scheduled_at >= %(floor)s
-          AND (a.state <> 'running' OR jobs_job.overlap_policy = 'skip')))
+          AND (a.state <> 'running' OR j.overlap_policy = 'skip')))
 """
 
 # Dispatcher tick, fast path, for the commonest due job: an interval job
-# without jitter whose one due fire is within its grace, and nothing for the
-# overlap rule to decide. Everything else (cron, several due fires, misfires,
-# jitter, an active run under skip/queue) is left due for the planned path in
-# Python. Measured on PostgreSQL this is what makes the dispatcher's cost
-# track the due work, not the table size.
+# without jitter whose one due fire is within its grace. Its fire is pending,
+# or skipped by the overlap rule (written as the planned path writes it:
+# reason "overlap", finished at once). Everything else (cron, several due
+# fires, misfires, jitter) is left due for the planned path in Python.
+# Measured on PostgreSQL this is what makes the dispatcher's cost track the
+# due work, not the table size.
+#
+# Skipped fires are decided here too, not left to the planned path: under
+# overload nearly every due job still has a run waiting, and the fast path
+# then walked past all of them (one overlap probe per partition each) to
+# find its batch, every tick, before the planned path took them one by one
+# in Python. That was the extra work that made an overloaded install deliver
+# less than its peak (README "Benchmarks": overload).
 #
 # Two statements, set-based, because run ids are uuid5 of the fire
 # (runs/identity.py) and PostgreSQL cannot hash them without extensions:
@@ -174,16 +182,15 @@ LOCK_SIMPLE_INTERVALS = f"""
           AND interval_seconds IS NOT NULL AND jitter_seconds = 0
           AND next_fire_at + make_interval(secs => interval_seconds) > %(now)s
           AND next_fire_at >= %(now)s - make_interval(secs => misfire_grace_seconds)
-          AND {NOTHING_FOR_OVERLAP_TO_DECIDE}
         ORDER BY next_fire_at
         LIMIT %(limit)s
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS locked
 """
-DISPATCH_SIMPLE_INTERVALS = """
+DISPATCH_SIMPLE_INTERVALS = f"""
     WITH due AS (
         SELECT j.id, f.run_id, j.next_fire_at, j.interval_seconds, j.overlap_policy,
-               j.max_attempts, j.target_kind, j.owner_id
+               j.max_attempts, j.target_kind, j.owner_id, {OVERLAP_SKIPS} AS skipped
         FROM unnest(string_to_array(%(tids)s, ' ')::tid[],
                     string_to_array(%(run_ids)s, ',')::uuid[]) AS f(tid, run_id)
         JOIN jobs_job AS j ON j.ctid = f.tid
@@ -193,19 +200,25 @@ DISPATCH_SIMPLE_INTERVALS = """
             available_at, lease_owner, created_at, finished_at, last_error,
             target_kind, exclusive, owner_id
         )
-        SELECT due.run_id, due.id, due.next_fire_at, 'scheduled', 'pending', '', 0,
-               due.max_attempts, due.next_fire_at, '', %(now)s, NULL, '',
+        SELECT due.run_id, due.id, due.next_fire_at, 'scheduled',
+               CASE WHEN due.skipped THEN 'skipped' ELSE 'pending' END,
+               CASE WHEN due.skipped THEN 'overlap' ELSE '' END, 0,
+               due.max_attempts,
+               CASE WHEN NOT due.skipped THEN due.next_fire_at END, '', %(now)s,
+               CASE WHEN due.skipped THEN %(now)s::timestamptz END, '',
                due.target_kind, due.overlap_policy <> 'allow', due.owner_id
         FROM due
         ON CONFLICT (job_id, scheduled_at) DO NOTHING
-        RETURNING 1
+        RETURNING state
     ), adv AS (
         UPDATE jobs_job AS j
         SET next_fire_at = j.next_fire_at + make_interval(secs => j.interval_seconds)
         WHERE j.ctid = ANY(string_to_array(%(tids)s, ' ')::tid[])
         RETURNING 1
     )
-    SELECT (SELECT count(*) FROM adv) AS jobs, (SELECT count(*) FROM ins) AS runs
+    SELECT (SELECT count(*) FROM adv) AS jobs,
+           (SELECT count(*) FROM ins WHERE state = 'pending') AS pending,
+           (SELECT count(*) FROM ins WHERE state = 'skipped') AS skipped
 """
 
 # Dispatcher loop and the lag sample: the earliest next fire (uses job_due_idx).
@@ -251,16 +264,20 @@ def dispatch_simple_intervals(
 ) -> tuple[int, dict[str, int]]:
     """The SQL fast path: returns (jobs advanced, runs created by state).
     ``floor``: the tick's active floor (the default bounds nothing)."""
-    params: dict = {"now": now, "limit": limit, "floor": floor}
+    params: dict = {"now": now, "limit": limit}
     with connection.cursor() as cur:
         cur.execute(LOCK_SIMPLE_INTERVALS.format(shard=_shard(params, shard)), params)
         tids, names = cur.fetchone()
         if tids is None:
             return 0, {}
         run_ids = ",".join(identity.ids_for_names(names.split(",")))
-        cur.execute(DISPATCH_SIMPLE_INTERVALS, {"now": now, "tids": tids, "run_ids": run_ids})
-        jobs, runs = cur.fetchone()
-    return jobs, ({"pending": runs} if runs else {})
+        cur.execute(
+            DISPATCH_SIMPLE_INTERVALS,
+            {"now": now, "tids": tids, "run_ids": run_ids, "floor": floor},
+        )
+        jobs, pending, skipped = cur.fetchone()
+    created = {"pending": pending, "skipped": skipped}
+    return jobs, {state: n for state, n in created.items() if n}
 
 
 def active_counts(

@@ -89,9 +89,9 @@ def overlap_skips(policy: str, running: int, waiting: int) -> bool:
       behind a running run or for a worker);
     - ``allow``: never.
 
-    The only statement of it: the dispatcher's SQL fast path
-    (dispatch/queries.py, NOTHING_FOR_OVERLAP_TO_DECIDE) takes only jobs for
-    which this is False, and must be kept in step with it."""
+    Stated once more, in SQL, by the dispatcher's fast path
+    (dispatch/queries.py OVERLAP_SKIPS), which must be kept in step with it
+    (tests/integration/test_dispatcher.py checks both on the same cases)."""
     if policy == "skip":
         return running + waiting > 0
     if policy == "queue":

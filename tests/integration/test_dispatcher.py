@@ -10,7 +10,7 @@ from django.db.models.expressions import RawSQL
 from dispatch import queries
 from dispatch.dispatcher import Dispatcher
 from jobs.models import Job
-from runs import job_verbs
+from runs import job_verbs, planning
 from runs.models import Run
 from tests.factories import at, make_job, rewrite_job
 
@@ -124,6 +124,34 @@ def test_overlap_queue_never_keeps_two_runs_waiting(owner, first):
         ("skipped", "overlap"),
         ("skipped", "overlap"),
     ]
+
+
+@pytest.mark.parametrize("policy", ["skip", "queue", "allow"])
+@pytest.mark.parametrize("active", [None, "pending", "retrying", "running"])
+def test_the_fast_path_and_the_planned_path_apply_one_overlap_rule(owner, policy, active):
+    """The dispatcher's SQL fast path (dispatch/queries.py OVERLAP_SKIPS)
+    decides a fire's overlap itself, and writes a skipped fire as the planned
+    path does (runs/planning.py overlap_skips): the same state, reason,
+    availability and end, for every policy beside every kind of active run.
+    The planned path is made to take its job by a jitter of one second."""
+    rows = {}
+    for path, jitter in (("fast", 0), ("planned", 1)):
+        job = due_at(
+            make_job(owner, interval_seconds=60, overlap_policy=policy, jitter_seconds=jitter), T0
+        )
+        if active:
+            Run.objects.create_for_fires(job, [T0 - 60 * S], kind="scheduled")
+            Run.objects.filter(job=job).update(state=active, attempt=int(active == "running"))
+        if path == "fast":
+            assert queries.dispatch_simple_intervals(T0 + S, limit=10)[0] == 1
+        else:
+            assert Dispatcher().tick(now=T0 + S).jobs == 1
+        run = Run.objects.get(job=job, scheduled_at=T0)
+        rows[path] = (run.state, run.reason, run.available_at is None, run.finished_at)
+    running, waiting = int(active == "running"), int(active in ("pending", "retrying"))
+    skipped = planning.overlap_skips(policy, running, waiting)
+    assert rows["fast"] == rows["planned"]
+    assert rows["fast"][:3] == (("skipped", "overlap", True) if skipped else ("pending", "", False))
 
 
 def test_overlap_allow_runs_side_by_side(owner):
