@@ -16,6 +16,8 @@ holds jobs it did not make, unless ``--force``.
   them and answers a health probe each second (``--no-web`` leaves it out);
   ``--receiver plain`` swaps the aiohttp receiver for a hand-written asyncio
   one that parses each JSON body (ops/plain_receiver.py).
+- ``overload``: ``e2e`` at N jobs, then at 2N: the delivery rate past the
+  peak, as a ratio of the rate at it (not part of ``all``).
 - ``slow``: K deliveries to a receiver that answers after S seconds, held by W
   workers; the most in flight at once, each worker's peak RSS, completion rate.
 - ``recovery``: N per-minute cron jobs whose next fire was 24 hours ago (a
@@ -680,6 +682,26 @@ def scenario_e2e(
             "p50": round(_percentile(health_ms, 0.50), 1),
             "max": round(max(health_ms, default=0.0), 1),
         },
+    }
+
+
+def scenario_overload(*, jobs: int, **e2e) -> dict:
+    """``e2e`` at ``jobs`` (the load where deliveries peak, found by running
+    e2e at rising loads), then at twice as many jobs: past its peak an
+    install should deliver about as much, not less, and account for every
+    fire (the overlap policy records the ones it cannot run as skipped).
+    The figure is the ratio of the two delivery rates."""
+    at_peak = scenario_e2e(jobs=jobs, **e2e)
+    at_twice = scenario_e2e(jobs=2 * jobs, **e2e)
+    for run in (at_peak, at_twice):
+        if run["duplicate_fires"] or run["lost_fires"]:
+            raise BenchFailed(f"duplicate or lost fires: {run}")
+    return {
+        "at_peak": at_peak,
+        "at_twice": at_twice,
+        "twice_over_peak": round(at_twice["deliveries_per_s"] / at_peak["deliveries_per_s"], 3)
+        if at_peak["deliveries_per_s"]
+        else None,
     }
 
 

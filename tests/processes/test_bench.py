@@ -91,6 +91,15 @@ def test_e2e_scenario_has_no_duplicate_or_lost_fires(receiver):
     expect(result["machine"]["cpu_model"] not in ("", "unknown"), result)
 
 
+def test_e2e_overload_scenario_runs_twice_the_load_and_loses_nothing():
+    """Tiny loads: the shape, and that both runs account for every fire."""
+    [result] = bench("overload", "--jobs", "20", "--duration", "3", "--workers", "1")
+    for run, jobs in ((result["at_peak"], 20), (result["at_twice"], 40)):
+        expect(run["duplicate_fires"] == 0 and run["lost_fires"] == 0, result)
+        expect(sum(run["runs_by_state"].values()) == jobs * 3, result)
+    expect(result["twice_over_peak"] > 0, result)
+
+
 def test_e2e_bench_prints_where_its_figures_hold():
     out = run_bench("e2e", "--jobs", "5", "--duration", "1")
     expect(out.returncode == 0, out.stderr[-2000:])

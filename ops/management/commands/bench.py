@@ -12,6 +12,7 @@ SCENARIOS = (
     "dispatch",
     "scale",
     "e2e",
+    "overload",
     "slow",
     "recovery",
     "create",
@@ -22,7 +23,7 @@ SCENARIOS = (
     "all",
 )
 # "all" is the README's measured set; these run on their own.
-ALONE = ("audit", "idle", "history", "login")
+ALONE = ("audit", "idle", "history", "login", "overload")
 
 
 class Command(BaseCommand):
@@ -147,6 +148,17 @@ class Command(BaseCommand):
                 "web": not o["no_web"],
             }
             return params, bench.scenario_e2e(**params, force=o["force"])
+        if scenario == "overload":
+            params = {
+                "jobs": o["jobs"] or 20000,
+                "interval": o["interval"],
+                "duration": o["duration"],
+                "workers": o["workers"] or 2,
+                "concurrency": o["concurrency"],
+                "receiver": o["receiver"],
+                "web": not o["no_web"],
+            }
+            return params, bench.scenario_overload(**params, force=o["force"])
         if scenario == "create":
             params = {
                 "singles": o["singles"],
