@@ -12,6 +12,7 @@ session time zone to UTC), so no value needs converting.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import json
@@ -21,6 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import connections, models, transaction
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models.fields import AutoFieldMixin
@@ -43,28 +45,53 @@ DB_NOW_SQL = (
 )
 
 
-# The first statement of every hot transaction (``hot_transaction``): the
-# dispatcher's tick, the claims (worker and pull API), heartbeats, releases,
-# completions and the API's creates. PostgreSQL JIT-compiles a statement
-# whose estimated cost passes ``jit_above_cost`` (100,000 by default), on
-# every execution, for seconds of CPU: worth it for an analytic query, never
-# for these, which each touch a batch of rows. Debian's, PGDG's and most
-# managed servers are built with LLVM and have JIT on; the embedded server
-# has none. Set for the transaction only, so it holds behind a transaction
-# pooler too, and leaves the session as it was.
+# JIT, off for every hot statement: the dispatcher's tick, the claims
+# (worker and pull API), heartbeats, releases, completions and the API's
+# creates. PostgreSQL JIT-compiles a statement whose estimated cost passes
+# ``jit_above_cost`` (100,000 by default), on every execution, for seconds of
+# CPU: worth it for an analytic query, never for these, which each touch a
+# batch of rows. Debian's, PGDG's and most managed servers are built with
+# LLVM and have JIT on; the embedded server has none.
+#
+# On a direct connection the session has it off from its start (settings:
+# ``JIT_OFF_OPTION``, a libpq startup option), which costs nothing per
+# transaction. Behind a transaction pooler (``PUNCTUAL_TRANSACTION_POOLER``)
+# each transaction may run on another server session, whose settings are not
+# ours, so every hot transaction's first statement is NO_JIT, which lasts
+# until the transaction ends.
 NO_JIT = "SET LOCAL jit = off"
+
+
+def jit_off_per_transaction(using: str = "default") -> bool:
+    """Whether hot transactions must turn JIT off themselves: behind a
+    transaction pooler, or on a connection whose settings do not start its
+    session with it off."""
+    options = connections[using].settings_dict.get("OPTIONS", {}).get("options", "")
+    return settings.PUNCTUAL_TRANSACTION_POOLER or settings.JIT_OFF_OPTION not in options
 
 
 @contextmanager
 def hot_transaction(using: str = "default", *, savepoint: bool = True) -> Iterator[None]:
-    """``transaction.atomic()`` for a statement on a hot path: inside it no
-    statement is JIT-compiled (``NO_JIT``), whatever the server's settings.
+    """``transaction.atomic()`` for statements on a hot path: inside it no
+    statement is JIT-compiled, whatever the server's settings (``NO_JIT``).
     Nested in a transaction, it sets the outer transaction's (``SET LOCAL``
     lasts until the outermost one ends)."""
     with transaction.atomic(using=using, savepoint=savepoint):
-        with connections[using].cursor() as cur:
-            cur.execute(NO_JIT)
+        if jit_off_per_transaction(using):
+            with connections[using].cursor() as cur:
+                cur.execute(NO_JIT)
         yield
+
+
+def hot_statement(using: str = "default", *, savepoint: bool = True):
+    """For one statement on a hot path that is atomic alone (an API create):
+    in autocommit where the session has JIT off (no BEGIN and COMMIT round
+    trips), else in a ``hot_transaction``; inside a caller's transaction,
+    always a ``hot_transaction`` (a savepoint if ``savepoint``)."""
+    conn = connections[using]
+    if conn.in_atomic_block or jit_off_per_transaction(using):
+        return hot_transaction(using, savepoint=savepoint)
+    return contextlib.nullcontext()
 
 
 def db_now(using: str = "default") -> dt.datetime:

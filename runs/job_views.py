@@ -38,7 +38,7 @@ from rest_framework.views import APIView
 from core.api_base import ApiViewMixin, check_if_match, etag
 from core.api_errors import UnprocessableKey, error_response
 from core.api_fields import EmptySerializer
-from core.db import DB_NOW_SQL, bound_cursor, db_now, hot_transaction
+from core.db import DB_NOW_SQL, bound_cursor, db_now, hot_statement
 from core.paginators import ApiCursor
 from jobs import changes, crypto, idempotency, quotas
 from jobs.display import describe_schedule
@@ -347,13 +347,15 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         jobs = [job for job, _ in created]
         initial = [changes.initial(attrs) for attrs in validated]
         allowed = limits.jobs_per_owner
-        # One statement in a hot transaction (core/db.py NO_JIT: a bulk
-        # create's insert costs past jit_above_cost, and PostgreSQL would
-        # JIT-compile it on every request). Inside an outer transaction (an
+        # One statement, atomic alone, never JIT-compiled (core/db.py NO_JIT:
+        # a bulk create's insert can cost past jit_above_cost). In autocommit
+        # on a direct connection, whose session has JIT off (no BEGIN and
+        # COMMIT round trips); behind a transaction pooler, in a transaction
+        # of its own that turns it off. Inside an outer transaction (an
         # Idempotency-Key's), a savepoint only for a list, whose clash is
         # named by a query below.
         try:
-            with hot_transaction(savepoint=len(jobs) > 1):
+            with hot_statement(savepoint=len(jobs) > 1):
                 # The whole list, or none of it, decided under the owner's
                 # lock, which is held until the jobs are written.
                 live = Job.create_many(

@@ -207,6 +207,8 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # README "Connection poolers"): each transaction may run on another server
 # connection, so nothing may outlive a transaction on the server.
 PUNCTUAL_TRANSACTION_POOLER = env("PUNCTUAL_TRANSACTION_POOLER")
+# libpq's startup option that turns JIT off for a connection's session.
+JIT_OFF_OPTION = "-c jit=off"
 # Statements that ask for it (core/db.py bound_cursor: every API request's
 # token lookup, rate count and a create's statements) are prepared on the
 # server. Behind a transaction pooler the next transaction may run on a server
@@ -222,6 +224,14 @@ else:
     # Any number lets a cursor prepare; each bound cursor says whether it
     # does, so the number itself decides nothing.
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 5
+    # No statement of Punctual's is worth JIT-compiling (core/db.py NO_JIT,
+    # README "Supported servers"): a direct connection turns it off for its
+    # whole session, at no cost per transaction. Behind a transaction pooler
+    # a session setting cannot be relied on, so every hot transaction sets
+    # it itself there (core/db.py hot_transaction).
+    _options = DATABASES["default"]["OPTIONS"]
+    if JIT_OFF_OPTION not in _options.get("options", ""):
+        _options["options"] = f"{_options.get('options', '')} {JIT_OFF_OPTION}".strip()
 
 # The worker's LISTEN connection (dispatch/wakeup.py) is a session of its own:
 # through a transaction pooler the notifications never reach it. Empty: it

@@ -28,7 +28,7 @@ def subprocess_database_url() -> str:
     # libpq's parameters only: psycopg's prepare_threshold is the settings'
     # own choice, which the process makes again from its environment.
     libpq = {k: v for k, v in db.get("OPTIONS", {}).items() if k not in PSYCOPG_OPTIONS}
-    options = f"?{urlencode(libpq)}" if libpq else ""
+    options = f"?{urlencode(libpq, quote_via=quote)}" if libpq else ""
     return f"postgres://{auth}{netloc}/{db['NAME']}{options}"
 
 

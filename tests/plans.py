@@ -5,16 +5,18 @@ is open (an execute wrapper, so a statement is seen exactly as the code sends
 it, parameters included). For each one it asks, in the statement's own
 transaction and just before it runs:
 
-- ``SHOW jit``: a hot transaction sets ``jit = off`` (core/db.py NO_JIT);
+- ``SHOW jit``: off, for the session (a direct connection) or for the hot
+  transaction (behind a transaction pooler: core/db.py NO_JIT);
 - ``EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)`` of the statement, inside a
-  savepoint that is rolled back, so the statement then runs once, as sent.
+  savepoint (or, in autocommit, a transaction) that is rolled back, so the
+  statement then runs once, as sent.
 
-``problems()`` names what is wrong with the plans: a statement outside a
-transaction, ``jit`` on, a JIT section (with ``jit_above_cost = 0``, which
-``jit_everywhere()`` sets, any statement planned with JIT on has one), a node
-priced at 1e9 or more (before PostgreSQL 18 a disabled node costs 1e10), or a
-node PostgreSQL 18 marks disabled. The same checks hold on every server:
-the embedded 18, which has no JIT, and Debian's 15, which has.
+``problems()`` names what is wrong with the plans: ``jit`` on, a JIT section
+(with ``jit_above_cost = 0``, which ``jit_everywhere()`` sets, any statement
+planned with JIT on has one), a node priced at 1e9 or more (before
+PostgreSQL 18 a disabled node costs 1e10), or a node PostgreSQL 18 marks
+disabled. The same checks hold on every server: the embedded 18, which has
+no JIT, and Debian's 15, which has.
 """
 
 from __future__ import annotations
@@ -49,8 +51,6 @@ class Explained:
 
     def problems(self) -> list[str]:
         head = " ".join(self.sql.split())[:90]
-        if not self.in_transaction:
-            return [f"outside a transaction: {head}"]
         found = []
         if self.jit != "off":
             found.append(f"jit is {self.jit!r}: {head}")
@@ -86,17 +86,21 @@ def explaining(watch: Callable[[str], bool] = lambda sql: True) -> Iterator[list
             return execute(sql, params, many, context)
         record = Explained(sql=sql, in_transaction=connection.in_atomic_block)
         seen.append(record)
-        if record.in_transaction:
-            # The statement's own psycopg cursor (its binding, its row
-            # factory), under Django's wrapper; the statement itself runs on
-            # it next, so nothing is left behind.
-            cur = context["cursor"].cursor
-            cur.execute("SHOW jit")
-            record.jit = _value(cur.fetchone())
-            cur.execute("SAVEPOINT explain_hot")
-            cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
-            record.plan = _value(cur.fetchone())[0]
-            cur.execute("ROLLBACK TO SAVEPOINT explain_hot")
+        # The statement's own psycopg cursor (its binding, its row factory),
+        # under Django's wrapper; the statement itself runs on it next, so
+        # nothing is left behind.
+        cur = context["cursor"].cursor
+        cur.execute("SHOW jit")
+        record.jit = _value(cur.fetchone())
+        begin, end = (
+            ("SAVEPOINT explain_hot", "ROLLBACK TO SAVEPOINT explain_hot")
+            if record.in_transaction
+            else ("BEGIN", "ROLLBACK")
+        )
+        cur.execute(begin)
+        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
+        record.plan = _value(cur.fetchone())[0]
+        cur.execute(end)
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(wrapper):

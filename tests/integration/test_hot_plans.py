@@ -21,9 +21,9 @@ import datetime as dt
 import os
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 
-from core.db import db_now, insert_rows
+from core.db import db_now, insert_rows, jit_off_per_transaction
 from dispatch.dispatcher import Dispatcher
 from jobs.models import Job
 from runs import identity, leases, outcomes
@@ -197,6 +197,45 @@ def test_a_claim_reads_a_bounded_number_of_buffers_per_run(owner, other_owner, w
     assert len(claimed) == (200 if claimer == "worker" else 100)
     per_run = sum(s.buffers for s in statements) / len(claimed)
     assert per_run <= BUFFERS_PER_CLAIMED_RUN, [(s.sql[:60], s.buffers) for s in statements]
+
+
+def test_a_direct_connection_starts_its_session_with_jit_off():
+    """settings JIT_OFF_OPTION: every statement of a direct connection, hot or
+    not, is planned without JIT, at no cost per transaction."""
+    fresh = connections.create_connection("default")
+    try:
+        with fresh.cursor() as cur:
+            cur.execute("SHOW jit")
+            assert cur.fetchone()[0] == "off"
+    finally:
+        fresh.close()
+    assert not jit_off_per_transaction()
+
+
+def test_behind_a_pooler_every_hot_transaction_turns_jit_off_itself(owner, settings):
+    """Behind a transaction pooler a session's settings are not ours (the
+    server session here has jit on): each hot transaction sets it
+    (core/db.py NO_JIT), a single create included."""
+    settings.PUNCTUAL_TRANSACTION_POOLER = True
+    due_runs(owner, jobs=5, runs_each=4)
+    job = make_job(owner, interval_seconds=60)
+    rewrite_job(job, next_fire_at=db_now() - 2 * S)
+    with connection.cursor() as cur:
+        cur.execute("SET jit = on")
+    try:
+        with jit_everywhere(), explaining() as statements:
+            assert Dispatcher(batch_size=100).tick().jobs == 1
+            assert len(leases.claim("w1", limit=10, lease_seconds=30)) == 10
+        api = token_client(owner)
+        item = {"name": "pooled", "interval_seconds": 60, "url": PUBLIC_URL}
+        with jit_everywhere(), explaining(lambda sql: 'INSERT INTO "jobs_job"' in sql) as create:
+            assert api.post("/api/v1/jobs/", item, "json").status_code == 201
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("RESET jit")
+    assert_hot(statements, at_least=4)
+    assert_hot(create)
+    assert all(s.in_transaction for s in statements + create)
 
 
 def test_the_session_runs_on_the_server_asked_for():
