@@ -220,22 +220,30 @@ def cpu_model() -> str:
 
 def machine() -> dict:
     """Where a figure holds: the machine (its CPU model and cores) and the
-    server (its version, and whether it has JIT and has it on: README
-    "Supported PostgreSQL servers")."""
+    server (its version, whether it can JIT-compile, and the jit setting of
+    Punctual's sessions: README "Supported servers")."""
     with connection.cursor() as cur:
-        cur.execute(
-            "SELECT current_setting('server_version'), pg_jit_available(), current_setting('jit')"
-        )
-        pg, jit_available, jit = cur.fetchone()
+        cur.execute("SELECT current_setting('server_version'), current_setting('jit')")
+        pg, jit = cur.fetchone()
     return {
         "cpu_model": cpu_model(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "postgresql": pg,
-        "jit_available": bool(jit_available),
+        "jit_available": jit_available(),
         "jit": jit,
         "platform": platform.platform(),
     }
+
+
+def jit_available() -> bool:
+    """Whether the server can JIT-compile. ``pg_jit_available()`` answers
+    false while ``jit`` is off, as Punctual's sessions have it: asked with
+    it on, for one transaction."""
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SET LOCAL jit = on")
+        cur.execute("SELECT pg_jit_available()")
+        return bool(cur.fetchone()[0])
 
 
 def describe_machine(figures: dict) -> str:

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 # A node priced this high was disabled (enable_* = off adds 1e10 to it before
 # PostgreSQL 18); no plan of a hot statement comes near it.
@@ -121,8 +121,11 @@ def jit_everywhere() -> Iterator[None]:
 
 
 def server() -> dict[str, Any]:
-    """The session's server: its major version and whether it has JIT."""
-    with connection.cursor() as cur:
+    """The session's server: its major version and whether it has JIT
+    (``pg_jit_available()`` answers false while ``jit`` is off, as Punctual's
+    sessions have it: asked with it on, for one transaction)."""
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SET LOCAL jit = on")
         cur.execute("SELECT current_setting('server_version_num')::int, pg_jit_available()")
         version, jit = cur.fetchone()
     return {"major": version // 10000, "jit_available": jit}
