@@ -44,7 +44,9 @@ class Command(BaseCommand):
             "--duration", type=float, default=60, help="e2e, login: seconds measured"
         )
         parser.add_argument(
-            "--workers", type=int, help="e2e: 1 worker; slow: 2 workers; idle: 50 workers"
+            "--workers",
+            type=int,
+            help="e2e: 1 worker; overload, slow: 2 workers; idle: 50 workers",
         )
         parser.add_argument("--concurrency", type=int, default=500, help="e2e worker concurrency")
         parser.add_argument(
@@ -137,27 +139,20 @@ class Command(BaseCommand):
         if scenario == "recovery":
             params = {"jobs": o["jobs"] or 1000, "batch": o["batch_size"], "repeat": o["repeat"]}
             return params, bench.scenario_recovery(**params, force=o["force"])
-        if scenario == "e2e":
+        if scenario in ("e2e", "overload"):
+            # overload runs e2e at --jobs and at twice as many.
+            e2e = scenario == "e2e"
             params = {
-                "jobs": o["jobs"] or 2000,
+                "jobs": o["jobs"] or (2000 if e2e else 20000),
                 "interval": o["interval"],
                 "duration": o["duration"],
-                "workers": o["workers"] or 1,
+                "workers": o["workers"] or (1 if e2e else 2),
                 "concurrency": o["concurrency"],
                 "receiver": o["receiver"],
                 "web": not o["no_web"],
             }
-            return params, bench.scenario_e2e(**params, force=o["force"])
-        if scenario == "overload":
-            params = {
-                "jobs": o["jobs"] or 20000,
-                "interval": o["interval"],
-                "duration": o["duration"],
-                "workers": o["workers"] or 2,
-                "concurrency": o["concurrency"],
-                "receiver": o["receiver"],
-                "web": not o["no_web"],
-            }
+            if e2e:
+                return params, bench.scenario_e2e(**params, force=o["force"])
             return params, bench.scenario_overload(**params, force=o["force"])
         if scenario == "create":
             params = {
