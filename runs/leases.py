@@ -184,7 +184,7 @@ LOCK_RUN_AND_JOB = "FOR UPDATE OF r SKIP LOCKED FOR KEY SHARE OF j SKIP LOCKED"
 # from being taken; ``attempt < max_attempts`` leaves runs with no attempt
 # left to fail_exhausted (runs/outcomes.py). A run of a paused or deleted job
 # is not taken over: the dispatcher's cancel_stopped (runs/outcomes.py) ends it.
-# Oldest fire first, walking run_running_idx: lease_until, the order one might
+# Oldest fire first, walking run_takeover_idx: lease_until, the order one might
 # expect, is in no index (heartbeats rewrite it and must stay HOT updates),
 # and ordering by it was a Sort, the plan ORDERED_WALK disables.
 CLAIM_EXPIRED = (

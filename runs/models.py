@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.db import models, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from core.db import db_now
@@ -328,12 +328,19 @@ class Run(models.Model):
                 name="run_claim_pull_owner_idx",
             ),
             # The expired-lease claim (runs/leases.py CLAIM_EXPIRED): running runs
-            # in the order it takes them over. Not lease_until, which heartbeats
-            # rewrite: it is in no index, so that they stay HOT updates.
+            # with an attempt left, in the order it takes them over. Not
+            # lease_until, which heartbeats rewrite: it is in no index, so that
+            # they stay HOT updates. "attempt < max_attempts" is what the claim
+            # asks and what keeps this index away from the claims' overlap probe
+            # (ITS_TURN: "is another run of this job running?", which does not
+            # ask it): with the bare predicate state = 'running', the planner
+            # took this index for that probe whenever its statistics were older
+            # than the runs in flight, and each probe walked every running run
+            # (migration 0013).
             models.Index(
                 fields=["target_kind", "scheduled_at"],
-                condition=Q(state="running"),
-                name="run_running_idx",
+                condition=Q(state="running", attempt__lt=F("max_attempts")),
+                name="run_takeover_idx",
             ),
             # Overlap checks in the dispatcher and the claim's "an earlier run
             # of this job is still active" test.

@@ -199,6 +199,45 @@ def test_a_claim_reads_a_bounded_number_of_buffers_per_run(owner, other_owner, w
     assert per_run <= BUFFERS_PER_CLAIMED_RUN, [(s.sql[:60], s.buffers) for s in statements]
 
 
+@pytest.mark.parametrize("claimer", ["worker", "pull API"])
+def test_a_claim_reads_a_bounded_number_of_buffers_per_run_beside_runs_in_flight(
+    owner, other_owner, django_user_model, claimer
+):
+    """The claim's overlap probe (runs/leases.py ITS_TURN: is another run of
+    this job running?) is one job's probe, whatever else is running. Beside
+    1,000 runs in flight that the statistics do not know of yet (an install
+    that just got busy, as in a bench), a probe that walked every running run
+    read ~1,000 buffers per run it claimed."""
+    pull = {"target_kind": "pull", "url": ""} if claimer == "pull API" else {}
+    one_due_run_each(owner, 500, **pull)
+    if claimer == "worker":
+        one_due_run_each(other_owner, 100)
+    busy = django_user_model.objects.create_user("carol", password="pw-carol-123")
+    one_due_run_each(busy, 1_000)
+    vacuum()
+    with connection.cursor() as cur:
+        # In flight since the statistics were taken: as a claim leaves them.
+        cur.execute(
+            "UPDATE runs_run SET state = 'running', attempt = 1, lease_owner = 'w0',"
+            " lease_seconds = 300, attempt_started_at = now(), started_at = now(),"
+            " deadline_at = now() + interval '1 hour', lease_until = now() + interval '300 s'"
+            " WHERE owner_id = %s",
+            [busy.pk],
+        )
+    with explaining(lambda sql: "runs_run" in sql) as statements:
+        if claimer == "worker":
+            claimed = leases.claim("w1", limit=200, lease_seconds=30)
+        else:
+            answer = token_client(owner).post(
+                "/api/v1/runs/claim/", {"worker": "w1", "limit": 100}, "json"
+            )
+            assert answer.status_code == 200, answer.content
+            claimed = answer.json()
+    assert len(claimed) == (200 if claimer == "worker" else 100)
+    per_run = sum(s.buffers for s in statements) / len(claimed)
+    assert per_run <= BUFFERS_PER_CLAIMED_RUN, [(s.sql[:60], s.buffers) for s in statements]
+
+
 def test_a_direct_connection_starts_its_session_with_jit_off():
     """settings JIT_OFF_OPTION: every statement of a direct connection, hot or
     not, is planned without JIT, at no cost per transaction."""
