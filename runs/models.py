@@ -342,6 +342,15 @@ class Run(models.Model):
                 condition=Q(state="running", attempt__lt=F("max_attempts")),
                 name="run_takeover_idx",
             ),
+            # Its counterpart for the dispatcher's housekeeping (runs/outcomes.py
+            # FAIL_EXHAUSTED): running runs on their last attempt, the ones whose
+            # lapsed lease ends them failed. A handful at most, where the active
+            # runs it would otherwise walk are the whole backlog.
+            models.Index(
+                fields=["scheduled_at"],
+                condition=Q(state="running", attempt__gte=F("max_attempts")),
+                name="run_exhausted_idx",
+            ),
             # Overlap checks in the dispatcher and the claim's "an earlier run
             # of this job is still active" test.
             # lease_until is deliberately in no index, so heartbeats stay HOT.

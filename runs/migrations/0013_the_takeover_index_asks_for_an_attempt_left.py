@@ -10,6 +10,11 @@
 # deliveries in flight. The probe does not ask "attempt < max_attempts", so it
 # can no longer use this index and takes one job's entries of run_active_idx.
 # tests/integration/test_hot_plans.py: "beside runs in flight".
+#
+# run_exhausted_idx is its counterpart for the dispatcher's housekeeping
+# (runs/outcomes.py FAIL_EXHAUSTED): running runs on their last attempt. Without
+# it, that statement walked every active run's entry in run_active_idx at each
+# housekeeping round, a backlog's worth.
 
 from django.db import migrations, models
 
@@ -27,6 +32,14 @@ class Migration(migrations.Migration):
                 fields=["target_kind", "scheduled_at"],
                 condition=models.Q(state="running", attempt__lt=models.F("max_attempts")),
                 name="run_takeover_idx",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="run",
+            index=models.Index(
+                fields=["scheduled_at"],
+                condition=models.Q(state="running", attempt__gte=models.F("max_attempts")),
+                name="run_exhausted_idx",
             ),
         ),
     ]

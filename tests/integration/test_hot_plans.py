@@ -238,6 +238,36 @@ def test_a_claim_reads_a_bounded_number_of_buffers_per_run_beside_runs_in_flight
     assert per_run <= BUFFERS_PER_CLAIMED_RUN, [(s.sql[:60], s.buffers) for s in statements]
 
 
+def test_the_reaper_of_exhausted_leases_reads_those_runs_only(owner, other_owner):
+    """The dispatcher's housekeeping (runs/outcomes.py FAIL_EXHAUSTED: running
+    runs on their last attempt whose lease expired) walks run_exhausted_idx,
+    which holds only running runs with no attempt left: beside 5,000 waiting
+    runs and 1,000 in flight it reads a few buffers (26 on PostgreSQL 18),
+    not an entry of each (over 100 beside 3,000 active runs)."""
+    one_due_run_each(owner, 5_000)
+    one_due_run_each(other_owner, 1_001)
+    vacuum()
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE runs_run SET state = 'running', attempt = 1, lease_owner = 'w0',"
+            " lease_seconds = 300, attempt_started_at = now(), started_at = now(),"
+            " deadline_at = now() + interval '1 hour', lease_until = now() + interval '300 s'"
+            " WHERE owner_id = %s",
+            [other_owner.pk],
+        )
+        # One of them on its last attempt, its lease lapsed.
+        cur.execute(
+            "UPDATE runs_run SET attempt = max_attempts, lease_until = now() - interval '1 s'"
+            " WHERE id = (SELECT id FROM runs_run WHERE owner_id = %s LIMIT 1)",
+            [other_owner.pk],
+        )
+    with explaining(lambda sql: "runs_run" in sql) as statements:
+        assert outcomes.fail_exhausted() == 1
+    assert_hot(statements)
+    reaper = next(s for s in statements if "lease expired on the last attempt" in s.sql)
+    assert reaper.buffers <= 60, reaper.buffers
+
+
 def test_a_direct_connection_starts_its_session_with_jit_off():
     """settings JIT_OFF_OPTION: every statement of a direct connection, hot or
     not, is planned without JIT, at no cost per transaction."""
