@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: help install run manage db db-stop test test-fast test-faults test-pooler test-pg15 lint types fmt browser faketime pgbouncer postgresql15
+.PHONY: help install run manage db db-stop test test-fast test-faults test-pooler test-pg15 lint types fmt openapi browser faketime pgbouncer postgresql15
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -77,6 +77,13 @@ fmt: install ## ruff format and autofix
 PYTEST := $(BIN)/python -m pytest
 types: install ## mypy with django-stubs over the product code
 	SECRET_KEY=typecheck $(BIN)/mypy
+
+# The API reference: the OpenAPI document as the code makes it, with make run's
+# settings, and the Markdown page rendered from it. Both files are checked in;
+# tests/integration/api/test_api_openapi_export.py fails when they are stale.
+openapi: install ## export the OpenAPI schema to docs/reference/ and render its reference page
+	$(DEMO_ENV) $(BIN)/python manage.py spectacular --file docs/reference/openapi.yaml
+	$(BIN)/python tools/openapi_markdown.py docs/reference/openapi.yaml docs/reference/api.md
 
 # The tiers that start no OS processes of their own run on both cores (xdist,
 # one test database per worker); the process tier runs alone, because its tests
