@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: help install run manage db db-stop test test-fast test-faults test-pooler test-pg15 lint types fmt browser faketime pgbouncer postgresql15
+.PHONY: help install run manage db db-stop test test-fast test-faults test-pooler test-pg15 lint types fmt docs docs-build openapi browser faketime pgbouncer postgresql15
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -78,13 +78,31 @@ PYTEST := $(BIN)/python -m pytest
 types: install ## mypy with django-stubs over the product code
 	SECRET_KEY=typecheck $(BIN)/mypy
 
+# The docs site (docs/, mkdocs.yml). Strict: a broken link or anchor, or a page
+# left out of the navigation, fails the build. It builds offline into site/
+# (git-ignored). NO_MKDOCS_2_WARNING quiets the theme's banner about MkDocs 2.
+# No --quiet: it hides the warnings from --strict, which then passes anyway.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+docs: install ## serve the docs site at http://127.0.0.1:8001/, rebuilt on every edit
+	$(MKDOCS) serve --dev-addr 127.0.0.1:8001
+
+docs-build: install ## build the docs site into site/, strictly (make test runs it)
+	$(MKDOCS) build --strict --site-dir site
+
+# The API reference: the OpenAPI document as the code makes it, with make run's
+# settings, and the Markdown page rendered from it. Both files are checked in;
+# tests/integration/api/test_api_openapi_export.py fails when they are stale.
+openapi: install ## export the OpenAPI schema to docs/reference/ and render its reference page
+	$(DEMO_ENV) $(BIN)/python manage.py spectacular --file docs/reference/openapi.yaml
+	$(BIN)/python tools/openapi_markdown.py docs/reference/openapi.yaml docs/reference/api.md
+
 # The tiers that start no OS processes of their own run on both cores (xdist,
 # one test database per worker); the process tier runs alone, because its tests
 # start dispatchers, workers and receivers and end by restarting the server.
 # Under CI=true the process tier then runs a second time with every process
 # behind PgBouncer in transaction pooling mode (test-pooler). Last, the
 # second server: Debian's PostgreSQL 15, with JIT (test-pg15).
-test: lint types ## the whole suite: lint, types, then pytest on PostgreSQL (migrations check included)
+test: lint types docs-build ## the whole suite: lint, types, the docs build, then pytest on PostgreSQL (migrations check included)
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory browser faketime pgbouncer postgresql15; fi
 	$(PYTEST) -q -rs -n 2 tests/unit tests/integration tests/browser
 	$(PYTEST) -q -rs --durations=10 tests/processes

@@ -1,5 +1,9 @@
-"""The README stays true: its receiver example works against real Punctual
-deliveries, and its configuration table names every setting the code reads."""
+"""The README and the docs site stay true: the receiver example of
+docs/guides/receiver.md works against real Punctual deliveries, the run id
+recipe of docs/concepts/run-id.md recomputes the ids Punctual sends, the
+configuration table of docs/operating/configuration.md names every setting the
+code reads, and the README opens with the two commands and links only to files
+that exist."""
 
 from __future__ import annotations
 
@@ -22,10 +26,12 @@ from tests.database import subprocess_database_url
 
 ROOT = Path(__file__).resolve().parents[3]
 README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
 
 
 def receiver_example() -> str:
-    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    page = (DOCS / "guides" / "receiver.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
     [code] = [b for b in blocks if b.startswith('"""receiver.py')]
     return code
 
@@ -55,7 +61,7 @@ def signed(secret: str, run_id: str, attempt: int) -> tuple[dict[str, str], byte
     )
 
 
-def test_the_readme_receiver_verifies_and_applies_each_fire_once(tmp_path, transactional_db):
+def test_the_documented_receiver_verifies_and_applies_each_fire_once(tmp_path, transactional_db):
     (tmp_path / "receiver.py").write_text(receiver_example())
     secret, port = crypto.generate_secret(), free_port()
     env = dict(os.environ, PUNCTUAL_SECRET=secret, PORT=str(port), PYTHONUNBUFFERED="1")
@@ -96,26 +102,44 @@ def test_the_configuration_table_names_every_setting_the_code_reads():
     read |= set(re.findall(r"^\s+(\w+)=\(", settings_py, re.M))  # environ.Env(NAME=(type, default))
     read |= set(re.findall(r"""_limit\(\s*["'](\w+)["']""", settings_py))  # the limits
     assert {"DATABASE_URL", "SECRET_KEY", "PUNCTUAL_ENCRYPTION_KEYS"} <= read
-    table = README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    table = (DOCS / "operating" / "configuration.md").read_text()
     documented = set(re.findall(r"^\| `(\w+)` \|", table, re.M))
-    assert read - documented == set(), "settings missing from the README's table"
-    assert documented - read == set(), "README documents settings the code does not read"
+    assert read - documented == set(), "settings missing from docs/operating/configuration.md"
+    assert documented - read == set(), (
+        "docs/operating/configuration.md documents settings the code does not read"
+    )
 
 
-def test_the_readme_opens_with_the_two_commands_and_keeps_the_shared_sections():
+def test_the_readme_opens_with_the_two_commands_and_the_docs_keep_the_shared_sections():
     first_block = re.search(r"```sh\n(.*?)```", README, re.S)[1]
     assert [line.split()[0:2] for line in first_block.splitlines()] == [
         ["make", "run"],
         ["make", "test"],
     ]
-    for heading in ("## Benchmarks", "## Fault matrix", "## Design choices", "## Security"):
-        assert f"\n{heading}\n" in README
-    assert "```mermaid\nflowchart" in README and "```mermaid\nstateDiagram-v2" in README
+    for page, title in (
+        ("benchmarks.md", "# Benchmarks"),
+        ("design/fault-matrix.md", "# Fault matrix"),
+        ("design/choices.md", "# Design choices"),
+        ("security.md", "# Security"),
+    ):
+        assert (DOCS / page).read_text().startswith(f"{title}\n"), page
+    assert "```mermaid\nflowchart" in (DOCS / "design" / "architecture.md").read_text()
+    assert "```mermaid\nstateDiagram-v2" in (DOCS / "concepts" / "runs-and-retries.md").read_text()
+
+
+def test_the_readme_links_only_to_files_that_exist():
+    """mkdocs build --strict checks the site's links; the README is not part
+    of the site, so its relative links into docs/ are checked here."""
+    links = re.findall(r"\]\(([^)#]+?)(?:#[^)]*)?\)", README)
+    local = [link for link in links if "://" not in link]
+    assert local, "the README links into docs/"
+    missing = [link for link in local if not (ROOT / link).is_file()]
+    assert missing == []
 
 
 @pytest.mark.django_db
-def test_the_readme_run_id_recipe_recomputes_the_ids_punctual_sends(owner):
-    """A receiver following README "The run id" from a delivery's body gets
+def test_the_documented_run_id_recipe_recomputes_the_ids_punctual_sends(owner):
+    """A receiver following docs/concepts/run-id.md from a delivery's body gets
     the id Punctual sent, for a fire with and without a fraction of a second,
     and for a manual trigger with a key."""
     from dispatch.dispatcher import Dispatcher
@@ -123,7 +147,8 @@ def test_the_readme_run_id_recipe_recomputes_the_ids_punctual_sends(owner):
     from runs.models import Run
     from tests.factories import make_job, rewrite_job
 
-    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    page = (DOCS / "concepts" / "run-id.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
     [code] = [b for b in blocks if "def fire_id(" in b]
     recipe: dict = {}
     exec(code, recipe)
