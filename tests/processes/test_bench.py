@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from ops import bench as ops_bench
+from ops.bench.machine import cpu_model
+from ops.bench.processes import postgres_cpu_seconds
 from tests import plans, pooler
 from tests.factories import make_job
 from tests.processes.conftest import ROOT, process_env
@@ -79,7 +80,7 @@ def test_e2e_scenario_has_no_duplicate_or_lost_fires(receiver):
     expect(result["deliveries_per_s"] > 0, result)
     expect(set(result["lag_seconds"]) == {"p50", "p95", "p99"}, result)
     processes = {"receiver", "dispatcher", "worker0", "web"}
-    if ops_bench._postgres_cpu_seconds() is not None:  # the server is on this host
+    if postgres_cpu_seconds() is not None:  # the server is on this host
         processes.add("postgres")
         expect(result["cpu_seconds"]["postgres"] > 0, result)
     expect(set(result["cpu_seconds"]) == processes, result)
@@ -107,7 +108,7 @@ def test_e2e_bench_prints_where_its_figures_hold():
     line = next(line for line in out.stderr.splitlines() if line.startswith("bench on "))
     expect(f"PostgreSQL {server['major']}" in line, line)
     expect(("JIT available" if server["jit_available"] else "no JIT") in line, line)
-    expect(ops_bench.cpu_model() in line, line)
+    expect(cpu_model() in line, line)
 
 
 def test_slow_scenario_holds_every_delivery_in_flight_at_once():
@@ -153,9 +154,7 @@ def test_create_scenario_reports_single_and_bulk_rates_through_gunicorn():
     # Measured when the server is on this host; 8 creates may take less
     # than one clock tick of its CPU, so 0.0 is a measurement too.
     postgres = result["postgres_cpu_ms_per_single_create"]
-    if ops_bench._postgres_cpu_seconds() is not None and not (
-        isinstance(postgres, float) and postgres >= 0
-    ):
+    if postgres_cpu_seconds() is not None and not (isinstance(postgres, float) and postgres >= 0):
         pytest.fail(f"PostgreSQL's CPU per single create missing: {postgres!r}")
     if not {"cores", "python", "postgresql"} <= set(result["machine"]):
         pytest.fail(f"machine figures missing: {result['machine']}")
@@ -250,7 +249,7 @@ def test_login_scenario_measures_health_while_wrong_passwords_get_locked_out():
     from axes.models import AccessAttempt
     from django.contrib.auth import get_user_model
 
-    from ops.bench import LOGIN_USER
+    from ops.bench.login import LOGIN_USER
 
     [result] = bench("login", "--clients", "2", "--duration", "1")
     expect(result["scenario"] == "login", result)

@@ -24,7 +24,7 @@ from django.db import connection
 
 from core.db import db_now
 from jobs.models import Job
-from ops.bench import insert_jobs
+from ops.bench.scratch import insert_jobs
 from runs.models import Run, RunKind
 from tests.admin_support import make_owner
 from tests.factories import make_job

@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from accounts import tokens
-from ops import bench
+from ops.bench import processes as bench
 from runs import job_verbs
 from runs.models import Attempt, Run
 from tests.factories import make_job
@@ -40,7 +40,7 @@ def named(env: dict[str, str], name: str) -> dict[str, str]:
 def start_web(processes, env: dict[str, str]) -> str:
     """gunicorn as the Procfile runs it (the benchmarks' starter); its base
     URL once it answers."""
-    proc, port = bench._start_web(processes.tmp_path, env=env)
+    proc, port = bench.start_web(processes.tmp_path, env=env)
     processes.adopt(proc, processes.tmp_path / "web.out")
     return f"http://127.0.0.1:{port}"
 

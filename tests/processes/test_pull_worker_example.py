@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ops import bench
+from ops.bench import processes as bench
 from runs import job_verbs
 from runs.models import Attempt, Run
 from tests.factories import make_job
@@ -31,7 +31,7 @@ def start_web(processes, name: str, port: int | None = None):
     """gunicorn as the Procfile runs it, once it answers; with its port."""
     tmp = processes.tmp_path / name
     tmp.mkdir()
-    proc, port = bench._start_web(tmp, env=process_env(), port=port)
+    proc, port = bench.start_web(tmp, env=process_env(), port=port)
     processes.adopt(proc, tmp / "web.out")
     return proc, port
 

@@ -15,7 +15,7 @@ from core import collector
 from core.db import db_now
 from dispatch.models import ProcessHeartbeat
 from jobs import crypto
-from ops import bench
+from ops.bench import processes as bench
 from runs import job_verbs
 from runs.leases import DEADLINE_GRACE_SECONDS
 from runs.models import Run
@@ -297,7 +297,7 @@ def test_the_long_running_processes_settle_their_garbage_collector_first(process
     start-up left alive and collect less often (core/collector.py): each
     start-up line reports the collector's settings as the process found them
     after settling."""
-    web, _ = bench._start_web(processes.tmp_path, workers=1, threads=1, env=process_env())
+    web, _ = bench.start_web(processes.tmp_path, workers=1, threads=1, env=process_env())
     processes.adopt(web, processes.tmp_path / "web.out")
     started = {
         "worker started": processes.manage("work"),

@@ -7,6 +7,18 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from ops import bench
+from ops.bench.audit import scenario_audit
+from ops.bench.create import scenario_create
+from ops.bench.dispatch import drain, scenario_dispatch
+from ops.bench.e2e import scenario_e2e, scenario_overload
+from ops.bench.history import scenario_history
+from ops.bench.idle import scenario_idle
+from ops.bench.login import scenario_login
+from ops.bench.machine import describe_machine, machine
+from ops.bench.recovery import scenario_recovery
+from ops.bench.scale import scenario_scale
+from ops.bench.scratch import check_scratch
+from ops.bench.slow import scenario_slow
 
 SCENARIOS = (
     "dispatch",
@@ -99,10 +111,10 @@ class Command(BaseCommand):
             if o.get(name) is not None and o[name] < 1:
                 raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
         if o["scenario"] == "drain":  # one of the two dispatchers of `dispatch`
-            self.stdout.write(json.dumps(bench.drain(o["batch_size"])))
+            self.stdout.write(json.dumps(drain(o["batch_size"])))
             return
         try:
-            bench.check_scratch(o["force"])
+            check_scratch(o["force"])
         except bench.BenchRefused as exc:
             raise CommandError(str(exc)) from exc
         if o["window"] <= 0:
@@ -113,7 +125,7 @@ class Command(BaseCommand):
         wanted = every if o["scenario"] == "all" else (o["scenario"],)
         # Where the figures hold, for the person reading them (the JSON of
         # each scenario carries the same under "machine").
-        self.stderr.write(f"bench on {bench.describe_machine(bench.machine())}")
+        self.stderr.write(f"bench on {describe_machine(machine())}")
         for scenario in wanted:
             try:
                 params, figures = self.run(scenario, o)
@@ -121,7 +133,7 @@ class Command(BaseCommand):
                 raise CommandError(f"{scenario}: {exc}") from exc
             self.stdout.write(
                 json.dumps(
-                    {"scenario": scenario, "params": params, "machine": bench.machine(), **figures}
+                    {"scenario": scenario, "params": params, "machine": machine(), **figures}
                 )
             )
 
@@ -134,11 +146,11 @@ class Command(BaseCommand):
                 "batch": o["batch_size"],
                 "repeat": o["repeat"],
             }
-            fn = bench.scenario_dispatch if scenario == "dispatch" else bench.scenario_scale
+            fn = scenario_dispatch if scenario == "dispatch" else scenario_scale
             return params, fn(**params, force=o["force"])
         if scenario == "recovery":
             params = {"jobs": o["jobs"] or 1000, "batch": o["batch_size"], "repeat": o["repeat"]}
-            return params, bench.scenario_recovery(**params, force=o["force"])
+            return params, scenario_recovery(**params, force=o["force"])
         if scenario in ("e2e", "overload"):
             # overload runs e2e at --jobs and at twice as many.
             e2e = scenario == "e2e"
@@ -152,8 +164,8 @@ class Command(BaseCommand):
                 "web": not o["no_web"],
             }
             if e2e:
-                return params, bench.scenario_e2e(**params, force=o["force"])
-            return params, bench.scenario_overload(**params, force=o["force"])
+                return params, scenario_e2e(**params, force=o["force"])
+            return params, scenario_overload(**params, force=o["force"])
         if scenario == "create":
             params = {
                 "singles": o["singles"],
@@ -162,7 +174,7 @@ class Command(BaseCommand):
                 "batch_size": o["bulk_size"],
                 "repeat": o["repeat"],
             }
-            return params, bench.scenario_create(**params, force=o["force"])
+            return params, scenario_create(**params, force=o["force"])
         if scenario == "audit":
             params = {
                 "jobs": o["jobs"] or 10_000,
@@ -170,17 +182,17 @@ class Command(BaseCommand):
                 "cron_share": 0.1,
                 "repeat": o["repeat"],
             }
-            return params, bench.scenario_audit(**params, force=o["force"])
+            return params, scenario_audit(**params, force=o["force"])
         if scenario == "idle":
             params = {
                 "workers": o["workers"] or 50,
                 "window": o["window"],
                 "wakeups": o["wakeups"],
             }
-            return params, bench.scenario_idle(**params, force=o["force"])
+            return params, scenario_idle(**params, force=o["force"])
         if scenario == "login":
             params = {"clients": o["clients"], "duration": o["duration"]}
-            return params, bench.scenario_login(**params, force=o["force"])
+            return params, scenario_login(**params, force=o["force"])
         if scenario == "history":
             params = {
                 "runs": o["history_runs"],
@@ -188,6 +200,6 @@ class Command(BaseCommand):
                 "batch": o["batch_size"],
                 "repeat": o["repeat"],
             }
-            return params, bench.scenario_history(**params, force=o["force"])
+            return params, scenario_history(**params, force=o["force"])
         params = {"inflight": o["inflight"], "delay": o["delay"], "workers": o["workers"] or 2}
-        return params, bench.scenario_slow(**params, force=o["force"])
+        return params, scenario_slow(**params, force=o["force"])

@@ -58,8 +58,8 @@ import psycopg
 import pytest
 import requests
 
-from ops import bench
 from ops.audit import read_receiver_log
+from ops.bench import processes as bench
 from scheduler_site import localdb
 from tests import pooler
 from tests.processes.conftest import ReceiverHandle, process_env, wait_until
@@ -189,7 +189,7 @@ class Web:
     """gunicorn, as the Procfile runs it, and an owner's token."""
 
     def __init__(self, processes, env: dict, token: str) -> None:
-        proc, port = bench._start_web(processes.tmp_path, env=env)
+        proc, port = bench.start_web(processes.tmp_path, env=env)
         processes.adopt(proc, processes.tmp_path / "web.out")
         self.base = f"http://127.0.0.1:{port}"
         self.http = requests.Session()

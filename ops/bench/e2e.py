@@ -1,0 +1,223 @@
+"""The ``e2e`` and ``overload`` scenarios.
+
+- ``e2e``: N interval jobs for D seconds against the loopback receiver (its own
+  process), one dispatcher and W workers; deliveries/s, fire lag percentiles
+  (delivery start at the receiver minus scheduled_at), duplicate and lost
+  fires from the receiver's log, CPU seconds per process. gunicorn runs beside
+  them and answers a health probe each second (``--no-web`` leaves it out);
+  ``--receiver plain`` swaps the aiohttp receiver for a hand-written asyncio
+  one that parses each JSON body (ops/plain_receiver.py).
+- ``overload``: ``e2e`` at N jobs, then at 2N: the delivery rate past the
+  peak, as a ratio of the rate at it (not part of ``all``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from django.db import connection
+from django.db.models import QuerySet
+
+from ops.bench import BenchFailed, processes
+from ops.bench.figures import percentile
+from ops.bench.scratch import BENCH_OWNER, bench_owner, insert_jobs, reset
+
+
+def _receiver_log(path: Path) -> list[dict]:
+    entries = []
+    for line in path.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("event") == "start":
+            entries.append(entry)
+    return entries
+
+
+def _parse_iso(text: str) -> float:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def scenario_e2e(
+    *,
+    jobs: int,
+    interval: int,
+    duration: float,
+    workers: int,
+    concurrency: int,
+    receiver: str = "aiohttp",
+    web: bool = True,
+    force: bool,
+) -> dict:
+    """``jobs`` interval jobs firing every ``interval`` s for ``duration`` s,
+    each fire one POST to a local receiver; gunicorn runs beside them (``web``)
+    and answers a health probe every second, as in a real deployment."""
+    from runs.models import Run
+
+    reset(force)
+    with tempfile.TemporaryDirectory(prefix="punctual-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        receiver_proc, port, log = processes.start_receiver(tmp, receiver)
+        web_proc = web_port = None
+        if web:
+            web_proc, web_port = processes.start_web(tmp)
+        insert_jobs(
+            jobs, interval=interval, url=f"http://127.0.0.1:{port}/ok", spread=True, overlap="skip"
+        )
+        with connection.cursor() as cur:
+            cur.execute("SELECT now()")
+            t_start = cur.fetchone()[0] + dt.timedelta(seconds=2)
+        t_stop = t_start + dt.timedelta(seconds=duration)
+        postgres_cpu = processes.postgres_cpu_seconds()
+        fleet = {"dispatcher": processes.start(["manage.py", "dispatch"], tmp / "dispatch.out")}
+        for k in range(workers):
+            fleet[f"worker{k}"] = processes.start(
+                ["manage.py", "work", "--concurrency", str(concurrency)], tmp / f"work{k}.out"
+            )
+        health_ms = _until_dispatched(t_stop, duration, web_port)
+        window = Run.objects.filter(
+            job__owner__username=BENCH_OWNER, scheduled_at__gte=t_start, scheduled_at__lt=t_stop
+        )
+        cpu = _stop_all(fleet, window, receiver_proc, web_proc)
+        postgres_cpu_end = processes.postgres_cpu_seconds()
+        if postgres_cpu is not None and postgres_cpu_end is not None:
+            # The whole server's, from the workers' start to their stop: the
+            # bench's own queries (a few a second) are in it too.
+            cpu["postgres"] = postgres_cpu_end - postgres_cpu
+        entries = _receiver_log(log)
+
+    states: defaultdict[str, int] = defaultdict(int)
+    for state in window.values_list("state", flat=True):
+        states[state] += 1
+    expected = round(jobs * duration / interval)
+    rows = sum(states.values())
+    succeeded = states.get("succeeded", 0)
+    # Lost: a slot with no run at all, or a run that neither succeeded nor was
+    # recorded as skipped or missed by the policies.
+    lost = max(0, expected - rows) + (
+        rows - succeeded - states.get("skipped", 0) - states.get("missed", 0)
+    )
+    lags, duplicates, redeliveries = _deliveries(entries, t_start, t_stop)
+    return {
+        "offered_per_s": round(jobs / interval, 1),
+        "deliveries_per_s": round(len(lags) / duration, 1),
+        "fires_expected": expected,
+        "runs_by_state": dict(states),
+        "lag_seconds": {
+            "p50": round(percentile(lags, 0.50), 3),
+            "p95": round(percentile(lags, 0.95), 3),
+            "p99": round(percentile(lags, 0.99), 3),
+        },
+        "duplicate_fires": duplicates,
+        "redeliveries": redeliveries,
+        "lost_fires": lost,
+        "skipped_overlap": states.get("skipped", 0),
+        "cpu_seconds": {k: round(v, 1) for k, v in cpu.items()},
+        "health_ms": {
+            "p50": round(percentile(health_ms, 0.50), 1),
+            "max": round(max(health_ms, default=0.0), 1),
+        },
+    }
+
+
+def _until_dispatched(t_stop: dt.datetime, duration: float, web_port: int | None) -> list[float]:
+    """Wait out the measured window, then until every fire in it is
+    dispatched: an overloaded dispatcher that runs late makes those fires
+    late (their lag counts), not missing. Meanwhile gunicorn's health is
+    probed once a second (milliseconds per probe)."""
+    health_ms: list[float] = []
+    next_probe = time.monotonic()
+    dispatched_deadline = time.monotonic() + duration + 120
+    while True:
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT now() >= %s AND NOT EXISTS (SELECT 1 FROM jobs_job"
+                " WHERE owner_id = %s AND next_fire_at < %s)",
+                [t_stop + dt.timedelta(seconds=1), bench_owner().pk, t_stop],
+            )
+            if cur.fetchone()[0] or time.monotonic() > dispatched_deadline:
+                break
+        if web_port and time.monotonic() >= next_probe:
+            next_probe += 1
+            health_ms.append(processes.probe_ms(f"http://127.0.0.1:{web_port}/api/v1/health/"))
+        time.sleep(0.2)
+    return health_ms
+
+
+def _stop_all(
+    fleet: dict[str, subprocess.Popen],
+    window: QuerySet,
+    receiver: subprocess.Popen,
+    web: subprocess.Popen | None,
+) -> dict[str, float]:
+    """Stop the dispatcher, give the workers up to 60 s to finish the
+    window's runs, then stop them, the receiver and gunicorn: the CPU
+    seconds each used, read just before it stopped."""
+    cpu = {"receiver": 0.0}
+    cpu["dispatcher"] = processes.cpu_seconds(fleet["dispatcher"].pid)
+    processes.stop(fleet["dispatcher"])
+    deadline = time.monotonic() + 60
+    while window.filter(state__in=["pending", "running", "retrying"]).exists():
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    for name, proc in fleet.items():
+        if name.startswith("worker"):
+            cpu[name] = processes.cpu_seconds(proc.pid)
+            processes.stop(proc)
+    cpu["receiver"] = processes.cpu_seconds(receiver.pid)
+    processes.stop(receiver)
+    if web is not None:
+        cpu["web"] = processes.tree_cpu_seconds(web.pid)
+        processes.stop(web)
+    return cpu
+
+
+def _deliveries(
+    entries: list[dict], t_start: dt.datetime, t_stop: dt.datetime
+) -> tuple[list[float], int, int]:
+    """From the receiver's log, the deliveries of fires scheduled in the
+    window: each delivery's lag (its first start minus its fire), the fires
+    delivered under more than one id, and the repeated deliveries of one id."""
+    t0, t1 = t_start.timestamp(), t_stop.timestamp()
+    in_window = [
+        e for e in entries if e["scheduled_at"] and t0 <= _parse_iso(e["scheduled_at"]) < t1
+    ]
+    deliveries_per_fire: dict[tuple, set] = defaultdict(set)
+    seen_ids: dict[str, int] = defaultdict(int)
+    lags = []
+    for e in in_window:
+        deliveries_per_fire[(e["job_id"], e["scheduled_at"])].add(e["webhook_id"])
+        seen_ids[e["webhook_id"]] += 1
+        if seen_ids[e["webhook_id"]] == 1:
+            lags.append(e["t"] - _parse_iso(e["scheduled_at"]))
+    duplicates = sum(1 for ids in deliveries_per_fire.values() if len(ids) > 1)
+    redeliveries = sum(n - 1 for n in seen_ids.values() if n > 1)
+    return lags, duplicates, redeliveries
+
+
+def scenario_overload(*, jobs: int, **e2e) -> dict:
+    """``e2e`` at ``jobs`` (the load where deliveries peak, found by running
+    e2e at rising loads), then at twice as many jobs: past its peak an
+    install should deliver about as much, not less, and account for every
+    fire (the overlap policy records the ones it cannot run as skipped).
+    The figure is the ratio of the two delivery rates."""
+    at_peak = scenario_e2e(jobs=jobs, **e2e)
+    at_twice = scenario_e2e(jobs=2 * jobs, **e2e)
+    for run in (at_peak, at_twice):
+        if run["duplicate_fires"] or run["lost_fires"]:
+            raise BenchFailed(f"duplicate or lost fires: {run}")
+    return {
+        "at_peak": at_peak,
+        "at_twice": at_twice,
+        "twice_over_peak": round(at_twice["deliveries_per_s"] / at_peak["deliveries_per_s"], 3)
+        if at_peak["deliveries_per_s"]
+        else None,
+    }
