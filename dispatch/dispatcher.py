@@ -35,6 +35,7 @@ import logging
 import signal
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -51,7 +52,7 @@ from core.db import hot_transaction
 from dispatch import fleet, queries
 from jobs.schedules import jitter_offset
 from runs import job_verbs, notify, partitions
-from runs.planning import PENDING, plan_job
+from runs.planning import PENDING, DueJob, plan_job
 
 log = logging.getLogger("punctual.dispatch")
 
@@ -101,6 +102,73 @@ class TickResult:
         return self.created.get(PENDING, 0)
 
 
+@dataclass
+class PlannedBatch:
+    """The planned path's share of one tick: what plan_batch made of the
+    locked due jobs, and what the insert created."""
+
+    # Jobs planned: the rest of the locked batch, past ROW_BUDGET, stays due.
+    planned: int = 0
+    advances: list[queries.Advance] = field(default_factory=list)
+    # (position of the job in advances, scheduled_at, kind, state, reason)
+    runs: list[tuple] = field(default_factory=list)
+    # (job id, problem) of each job whose schedule could not be read
+    unreadable: list[tuple[uuid.UUID, str]] = field(default_factory=list)
+    # Misfires past the recorded cap, counted on the jobs rather than written.
+    counted: int = 0
+    # The batch stopped at a limit (the lock's or the row budget): more may be due.
+    more: bool = False
+    # Runs inserted, by state.
+    created: dict[str, int] = field(default_factory=dict)
+
+
+def plan_batch(
+    due: list[DueJob],
+    now: dt.datetime,
+    active: dict[uuid.UUID, tuple[int, int]],
+    *,
+    more: bool,
+) -> PlannedBatch:
+    """Plan each locked job's fires up to ``now`` (runs/planning.py), given
+    its runs running and waiting (``active``), until the batch's rows reach
+    ROW_BUDGET. ``more``: the lock already stopped at its limit."""
+    batch = PlannedBatch(more=more)
+    for job in due:
+        if len(batch.runs) >= ROW_BUDGET:
+            # The rest of the batch stays due, untouched: its locks go
+            # at this commit and the next batch takes it.
+            batch.more = True
+            break
+        batch.planned += 1
+        try:
+            plan = plan_job(job, now, *active.get(job.id, (0, 0)))
+        except Exception as exc:
+            # One bad row (a zone this host's tzdata lacks, a cron
+            # that cannot be parsed) must not stop every other job:
+            # it is paused after the insert, in this transaction, and the
+            # rest of the batch commits.
+            log.exception("schedule cannot be read", extra={"job_id": str(job.id)})
+            batch.unreadable.append((job.id, str(exc) or type(exc).__name__))
+            continue
+        position = len(batch.advances)
+        batch.advances.append(
+            queries.Advance(
+                id=job.id,
+                next_fire_at=plan.next_fire_at,
+                max_attempts=job.max_attempts,
+                target_kind=job.target_kind,
+                exclusive=job.overlap_policy != "allow",
+                jitter=dt.timedelta(seconds=jitter_offset(job.id, job.jitter_seconds)),
+                missed_counted=plan.missed_counted,
+                missed_since=plan.missed_since,
+                owner_id=job.owner_id,
+            )
+        )
+        batch.runs.extend((position, r.scheduled_at, r.kind, r.state, r.reason) for r in plan.runs)
+        batch.counted += plan.missed_counted
+    return batch
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -128,107 +196,103 @@ class Dispatcher:
     # -- one batch ------------------------------------------------------------
 
     def tick(self, now: dt.datetime | None = None) -> TickResult:
-        """One batch of due jobs, one transaction. ``now`` is for tests only:
-        production passes None, and the database clock decides."""
+        """One batch of due jobs, one transaction, in the steps the module's
+        docstring numbers: the fast path, then the planned batch with what
+        the fast path left of ``batch_size``, then one announcement. ``now``
+        is for tests only: production passes None, and the database clock
+        decides."""
         started = time.monotonic()
         with hot_transaction():
             # The floor stays put until the tick commits (runs/partitions.py).
             db_time, floor = partitions.now_and_floor()
             now = now or db_time
             self._last_tick = (now, time.monotonic())
-            fast = TickResult(now=now)
-            fast.jobs, fast.created = queries.dispatch_simple_intervals(
-                now, self.batch_size, self.shard, floor
-            )
-            if fast.jobs >= self.batch_size:
-                fast.more = True
-                self._announce(now, claimable=fast.fires)
-                return fast
+            fast = self._fast_path(now, floor)
             limit = min(self.batch_size - fast.jobs, self._planned_limit)
-            due = queries.lock_due_jobs(now, limit, self.shard)
-            if not due:
+            batch = None if fast.more else self._planned_batch(now, floor, limit)
+            if batch is None:
                 self._announce(now, claimable=fast.fires)
                 return fast
-            more = len(due) == limit
-            exclusive_ids = [j.id for j in due if j.overlap_policy != "allow"]
-            active = queries.active_counts(exclusive_ids, floor)
-            runs: list[tuple] = []
-            advances: list[queries.Advance] = []
-            unreadable = []
-            counted = 0
-            planned = 0
-            for job in due:
-                if len(runs) >= ROW_BUDGET:
-                    # The rest of the batch stays due, untouched: its locks go
-                    # at this commit and the next batch takes it.
-                    more = True
-                    break
-                planned += 1
-                try:
-                    plan = plan_job(job, now, *active.get(job.id, (0, 0)))
-                except Exception as exc:
-                    # One bad row (a zone this host's tzdata lacks, a cron
-                    # that cannot be parsed) must not stop every other job:
-                    # it is paused below, in this transaction, and the rest
-                    # of the batch commits.
-                    log.exception("schedule cannot be read", extra={"job_id": str(job.id)})
-                    unreadable.append((job.id, str(exc) or type(exc).__name__))
-                    continue
-                position = len(advances)
-                advances.append(
-                    queries.Advance(
-                        id=job.id,
-                        next_fire_at=plan.next_fire_at,
-                        max_attempts=job.max_attempts,
-                        target_kind=job.target_kind,
-                        exclusive=job.overlap_policy != "allow",
-                        jitter=dt.timedelta(seconds=jitter_offset(job.id, job.jitter_seconds)),
-                        missed_counted=plan.missed_counted,
-                        missed_since=plan.missed_since,
-                        owner_id=job.owner_id,
-                    )
-                )
-                runs.extend(
-                    (position, r.scheduled_at, r.kind, r.state, r.reason) for r in plan.runs
-                )
-                counted += plan.missed_counted
-            if counted:
-                # Stored per job by the insert below; one line per tick, not
-                # per job: a recovery can count misses for thousands at once.
-                log.warning("misfires beyond the recorded cap, counted", extra={"counted": counted})
-            created = queries.insert_runs_and_advance(now, advances, runs)
-            for job_id, problem in unreadable:
-                job_verbs.pause_unreadable(job_id, problem=problem)
-            claimable = fast.fires
-            for position, scheduled_at, _kind, state, _reason in runs:
-                if state == PENDING:
-                    available = scheduled_at + advances[position].jitter
-                    if available <= now:
-                        claimable += 1
-                    else:
-                        heapq.heappush(self._later, available)
-            self._announce(now, claimable=claimable)
-        # Lock only as many jobs next time as the budget lets this batch's
-        # rows per job through; back to the full batch once ticks are light.
-        per_job = len(runs) / max(1, planned)
+            self._announce(now, claimable=fast.fires + self._claimable_now(now, batch))
+        self._pace(batch)
+        self._log_fires_not_run(now, batch, started)
+        created = batch.created
+        for state, n in fast.created.items():
+            created[state] = created.get(state, 0) + n
+        return TickResult(jobs=fast.jobs + batch.planned, created=created, now=now, more=batch.more)
+
+    def _fast_path(self, now: dt.datetime, floor: dt.datetime) -> TickResult:
+        """Step 1's commonest case, in SQL: interval jobs with one due fire
+        within grace and nothing for the overlap rule to decide, inserted and
+        advanced in one statement. A full batch leaves no room for the
+        planned path this tick (``more``: the next tick goes on)."""
+        fast = TickResult(now=now)
+        fast.jobs, fast.created = queries.dispatch_simple_intervals(
+            now, self.batch_size, self.shard, floor
+        )
+        if fast.jobs >= self.batch_size:
+            fast.more = True
+        return fast
+
+    def _planned_batch(
+        self, now: dt.datetime, floor: dt.datetime, limit: int
+    ) -> PlannedBatch | None:
+        """Steps 1 to 4 for the jobs the fast path did not take: lock up to
+        ``limit`` due jobs, read their runs running and waiting, plan each
+        (plan_batch), insert the runs and advance the jobs, then pause the
+        jobs whose schedule could not be read. None: nothing was due."""
+        due = queries.lock_due_jobs(now, limit, self.shard)
+        if not due:
+            return None
+        exclusive_ids = [j.id for j in due if j.overlap_policy != "allow"]
+        active = queries.active_counts(exclusive_ids, floor)
+        batch = plan_batch(due, now, active, more=len(due) == limit)
+        if batch.counted:
+            # Stored per job by the insert below; one line per tick, not
+            # per job: a recovery can count misses for thousands at once.
+            log.warning(
+                "misfires beyond the recorded cap, counted", extra={"counted": batch.counted}
+            )
+        batch.created = queries.insert_runs_and_advance(now, batch.advances, batch.runs)
+        for job_id, problem in batch.unreadable:
+            job_verbs.pause_unreadable(job_id, problem=problem)
+        return batch
+
+    def _claimable_now(self, now: dt.datetime, batch: PlannedBatch) -> int:
+        """How many of the batch's pending runs are claimable now. A jittered
+        one that is not yet is remembered, for the tick at or after its
+        ``available_at`` to announce."""
+        claimable = 0
+        for position, scheduled_at, _kind, state, _reason in batch.runs:
+            if state == PENDING:
+                available = scheduled_at + batch.advances[position].jitter
+                if available <= now:
+                    claimable += 1
+                else:
+                    heapq.heappush(self._later, available)
+        return claimable
+
+    def _pace(self, batch: PlannedBatch) -> None:
+        """Lock only as many jobs next time as the budget lets this batch's
+        rows per job through; back to the full batch once ticks are light."""
+        per_job = len(batch.runs) / max(1, batch.planned)
         self._planned_limit = max(1, min(self.batch_size, int(ROW_BUDGET / max(1.0, per_job))))
-        if created.get("missed") or created.get("skipped"):
-            # A recovery after an outage shows here, with how long this batch
-            # held its jobs' row locks (an owner's write to one of them waits
-            # that long).
+
+    def _log_fires_not_run(self, now: dt.datetime, batch: PlannedBatch, started: float) -> None:
+        """A recovery after an outage shows here, with how long this batch
+        held its jobs' row locks (an owner's write to one of them waits that
+        long)."""
+        if batch.created.get("missed") or batch.created.get("skipped"):
             locked = round(time.monotonic() - started, 4)
             log.info(
                 "fires not run",
                 extra={
                     "now": now.isoformat(),
-                    "jobs": planned,
+                    "jobs": batch.planned,
                     "locked_seconds": locked,
-                    **created,
+                    **batch.created,
                 },
             )
-        for state, n in fast.created.items():
-            created[state] = created.get(state, 0) + n
-        return TickResult(jobs=fast.jobs + planned, created=created, now=now, more=more)
 
     def _announce(self, now: dt.datetime, *, claimable: int) -> None:
         """At most one NOTIFY per tick, in its transaction (runs/notify.py):
