@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.db import DB_NOW_SQL, db_now, dict_cursor, hot_transaction
-from runs import notify, partitions
+from runs import fair_shares, notify, partitions
 
 # An attempt's deadline is its start + timeout_seconds + this grace. A
 # heartbeat never extends a lease past it, so a wedged worker that keeps
@@ -463,80 +463,35 @@ def _claimed(row: dict) -> Claimed:
     return Claimed(**row)
 
 
-def shares(owners: list[int], limit: int, start: int) -> list[tuple[int, int]]:
-    """Share ``limit`` runs among ``owners``, round-robin from the one at
-    ``start``: as equal as whole runs allow, the first ones in turn one more.
-    With more owners than runs, only the first ``limit`` owners get one; the
-    caller picks ``start`` at random, so every owner's turn comes."""
-    turn = owners[start:] + owners[:start]
-    turn = turn[:limit]
-    base, extra = divmod(limit, len(turn))
-    return [(owner, base + (1 if n < extra else 0)) for n, owner in enumerate(turn)]
-
-
-class _Rooms:
-    """How many more runs of each owner a claim may take: ``cap`` less what
-    the claimer already holds of that owner."""
-
-    def __init__(self, cap: int, held: Counter[int]) -> None:
-        self.cap = cap
-        self.held = held
-
-    def __getitem__(self, owner: int) -> int:
-        return max(0, self.cap - self.held[owner])
-
-    def take(self, owner: int, n: int) -> None:
-        self.held[owner] += n
-
-
-# Rounds of FAIR_CLAIM in one claim: after the first, what the shares left
-# over goes to the owners that filled theirs (and have room under the cap).
-FAIR_ROUNDS = 3
-
-
 def _claim_waiting_fairly(
-    cur, params: dict[str, Any], limit: int, rooms: _Rooms | None = None
+    cur, params: dict[str, Any], limit: int, cap: int | None, held: Counter[int]
 ) -> list[Claimed]:
     """Due waiting webhook runs, shared between the owners that have some
-    (README "Claims"): each gets its share of ``limit``, and what shares
-    leave over goes to whoever has more. A flood of one owner's runs then
-    takes only its share of a batch, and another owner's due run waits one
-    claim, not behind the flood. With ``rooms``, no owner gets more than its
-    room under the claimer's per-owner cap."""
+    (runs/fair_shares.py decides the rounds; README "Claims"). With ``cap``,
+    no owner gets more than its room under the claimer's per-owner cap, given
+    what it ``held`` before this statement."""
     cur.execute(WAITING_OWNERS, params)
     waiting = [row["owner_id"] for row in cur.fetchall()]
-    owners = [o for o in waiting if rooms is None or rooms[o] > 0]
+    owners = fair_shares.owners_with_room(waiting, cap=cap, held=held)
     if not owners:
         return []
-    if len(waiting) == 1 and (rooms is None or rooms[waiting[0]] >= limit):
+    if fair_shares.one_owner_takes_all(waiting, limit, cap=cap, held=held):
         # One owner, with room for the whole batch: the oldest due runs.
         cur.execute(CLAIM_WAITING.format(scope=""), {**params, "limit": limit})
         return [_claimed(row) for row in cur.fetchall()]
     claimed: list[Claimed] = []
+    taken: list[Counter[int | None]] = []
     start = random.randrange(len(owners))
-    for _ in range(FAIR_ROUNDS):
-        shared = shares(owners, limit - len(claimed), start % len(owners))
-        if rooms is not None:
-            shared = [(o, min(n, rooms[o])) for o, n in shared]
-        shared = [(o, n) for o, n in shared if n > 0]
-        if not shared:
-            break
+    while shared := fair_shares.next_round(
+        owners, limit, start=start, cap=cap, held=held, taken=taken
+    ):
         cur.execute(
             FAIR_CLAIM,
             {**params, "owners": [o for o, _ in shared], "shares": [n for _, n in shared]},
         )
         got = [_claimed(row) for row in cur.fetchall()]
         claimed += got
-        taken = Counter(c.owner_id for c in got)
-        if rooms is not None:
-            for o, n in taken.items():
-                if o is not None:
-                    rooms.take(o, n)
-        # Only an owner that filled its share may have more due runs.
-        owners = [o for o, n in shared if taken[o] == n and (rooms is None or rooms[o] > 0)]
-        if len(claimed) >= limit or not owners:
-            break
-        start = 0
+        taken.append(Counter(c.owner_id for c in got))
     return claimed
 
 
@@ -592,12 +547,9 @@ def claim(
             claimed = [_claimed(row) for row in cur.fetchall()]
         left = limit - len(claimed)
         if left > 0 and target_kind == "webhook" and not scope and fair:
-            rooms = None
-            if owner_cap is not None:
-                in_flight = Counter(held or {})
-                in_flight.update(c.owner_id for c in claimed if c.owner_id is not None)
-                rooms = _Rooms(owner_cap, in_flight)
-            claimed += _claim_waiting_fairly(cur, params, left, rooms)
+            in_flight = Counter(held or {})
+            in_flight.update(c.owner_id for c in claimed if c.owner_id is not None)
+            claimed += _claim_waiting_fairly(cur, params, left, owner_cap, in_flight)
         elif left > 0:
             cur.execute(CLAIM_WAITING.format(scope=scope), {**params, "limit": left})
             claimed += [_claimed(row) for row in cur.fetchall()]

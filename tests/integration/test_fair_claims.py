@@ -149,12 +149,6 @@ def test_the_cap_applies_only_while_several_owners_have_live_webhook_jobs(owner,
     assert not leases.several_owners()
 
 
-def test_shares_are_as_equal_as_whole_runs_allow():
-    assert leases.shares([1, 2, 3], 10, 0) == [(1, 4), (2, 3), (3, 3)]
-    assert leases.shares([1, 2, 3], 10, 2) == [(3, 4), (1, 3), (2, 3)]
-    assert leases.shares([1, 2, 3], 2, 1) == [(2, 1), (3, 1)]
-
-
 def test_every_path_that_makes_runs_writes_the_jobs_owner(owner, other_owner):
     """With the trigger that fills a missing owner switched off, each path
     must write it itself (the column is NOT NULL)."""
