@@ -1,5 +1,5 @@
 """How a worker's claim shares its batch among the owners with due runs
-(README "Claims"). Pure: no database, no clock. The claim (runs/leases.py)
+(docs/design/claims.md). Pure: no database, no clock. The claim (runs/leases.py)
 sends each round as one FAIR_CLAIM statement and passes back what it took.
 
 A claim of ``limit`` runs goes in rounds, at most FAIR_ROUNDS of them:

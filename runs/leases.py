@@ -467,7 +467,7 @@ def _claim_waiting_fairly(
     cur, params: dict[str, Any], limit: int, cap: int | None, held: Counter[int]
 ) -> list[Claimed]:
     """Due waiting webhook runs, shared between the owners that have some
-    (runs/fair_shares.py decides the rounds; README "Claims"). With ``cap``,
+    (runs/fair_shares.py decides the rounds; docs/design/claims.md). With ``cap``,
     no owner gets more than its room under the claimer's per-owner cap, given
     what it ``held`` before this statement."""
     cur.execute(WAITING_OWNERS, params)

@@ -1,4 +1,4 @@
-"""``manage.py bench``: the README "Benchmarks" scenarios, measured on PostgreSQL.
+"""``manage.py bench``: the scenarios of docs/benchmarks.md, measured on PostgreSQL.
 
 Each scenario prints one JSON object (parameters, machine, figures), so runs
 can be compared. Figures from repeated runs are medians. The bench works in

@@ -1,5 +1,5 @@
 """How a worker's claim shares its batch among owners, round by round
-(README "Claims"): runs/fair_shares.py, pure. The database is a dict here:
+(docs/design/claims.md): runs/fair_shares.py, pure. The database is a dict here:
 each owner's runs that a claim can take now."""
 
 from __future__ import annotations
