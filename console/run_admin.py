@@ -24,14 +24,13 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
+from console.display import lag_text, state_badge
+from console.filters import JobFilter, WithinFilter, job_picker_media
 from core.admin_base import BadListQuery, BigTableAdmin, OwnerScopedAdmin
 from core.date_nav import date_nav
 from core.db import db_now
 from jobs.display import relative, short_duration
 from jobs.models import Channel
-from runs import job_admin  # noqa: F401  (registers the jobs and job events admins)
-from runs.admin_filters import JobFilter, WithinFilter, job_picker_media
-from runs.display import lag_text, state_badge
 from runs.models import LATE_AFTER, Attempt, RetryNotAllowed, Run, RunState
 
 RETRYABLE_STATES = (RunState.FAILED, RunState.MISSED)

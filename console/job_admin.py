@@ -1,9 +1,5 @@
 """The jobs admin: the owner's list of jobs, the job page, and the audit log.
 
-It sits in the runs app, above jobs, because the job pages show runs (the
-outcome strips, the last run, typical run time) and their buttons create and
-cancel them. runs/admin.py imports it, which registers it.
-
 Everything that changes a job goes through the domain verbs (pause, resume,
 trigger, soft_delete in runs/job_verbs.py; rotate_secret, reschedule on the
 model) with ``channel="admin"`` and the signed-in user as the actor, so the audit log says
@@ -32,6 +28,18 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_http_methods, require_POST
 
+from console.display import lag_text, outcome_strip, run_url, state_badge
+from console.filters import (
+    EventActionFilter,
+    FailingFilter,
+    JobFilter,
+    MissedFiresFilter,
+    PausedByFilter,
+    job_picker_media,
+)
+from console.forms import JobForm, PauseForm
+from console.job_status import job_status
+from console.recent import recent_runs
 from core.admin_base import BigTableAdmin, OwnerScopedAdmin
 from core.db import db_now
 from core.errors import LimitExceeded
@@ -44,21 +52,9 @@ from jobs.display import (
     relative,
     short_duration,
 )
-from jobs.forms import JobForm, PauseForm
 from jobs.models import Channel, Job, JobEvent, JobState
 from runs import job_verbs
-from runs.admin_filters import (
-    EventActionFilter,
-    FailingFilter,
-    JobFilter,
-    MissedFiresFilter,
-    PausedByFilter,
-    job_picker_media,
-)
-from runs.display import lag_text, outcome_strip, run_url, state_badge
-from runs.job_status import job_status
 from runs.models import Attempt, Run, RunState
-from runs.recent import recent_runs
 
 # Squares in the jobs list's strip, and on a job's page.
 LIST_STRIP_RUNS = 20
@@ -71,7 +67,7 @@ TYPICAL_RUNS = 50
 EXECUTED_STATES = frozenset(
     {RunState.RUNNING, RunState.RETRYING, RunState.SUCCEEDED, RunState.FAILED}
 )
-# Fires in the form's live preview (jobs/static/punctual/job_form.js).
+# Fires in the form's live preview (console/static/punctual/job_form.js).
 PREVIEW_FIRES = 5
 
 SCHEDULE_FIELDS = frozenset({"cron", "interval_seconds", "timezone", "start_at"})
@@ -149,7 +145,7 @@ def _local(when: dt.datetime, zone: str) -> dt.datetime:
 class JobChangeList(ChangeList):
     """Loads the page's recent runs in one query, whatever the page size.
 
-    Each job on the page gets ``recent_runs`` (newest first, runs/recent.py)
+    Each job on the page gets ``recent_runs`` (newest first, console/recent.py)
     and ``page_now`` (the database clock, read once), which the list's
     columns read instead of querying per row.
     """
@@ -463,7 +459,7 @@ class JobAdmin(OwnerScopedAdmin):
     @admin.display(description="preview")
     def schedule_preview(self, obj: Job):
         """The box the form's script fills as the schedule is typed
-        (jobs/static/punctual/job_form.js), from the API's schedule preview.
+        (console/static/punctual/job_form.js), from the API's schedule preview.
         A new job's form previews at once; a job's page waits for an edit,
         since its saved schedule's fires are shown below."""
         adding = obj.pk is None or obj._state.adding
