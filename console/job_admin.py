@@ -1,10 +1,10 @@
-"""The jobs admin: the owner's list of jobs, the job page, and the audit log.
+"""The jobs admin: the owner's list of jobs, and the job page.
 
 This is the admin's configuration and its hooks (the form, saving, deleting,
 the columns and the page's read-only fields). The list's actions and the
 job page's buttons (pause, resume, trigger, test delivery, rotate the
 secret) are plain functions in console/job_actions.py, which ``actions`` and
-``get_urls`` name.
+``get_urls`` name. The audit log's list is console/event_admin.py.
 
 Everything that changes a job goes through the domain verbs (pause, resume,
 trigger, soft_delete in runs/job_verbs.py; rotate_secret, reschedule on the
@@ -32,19 +32,17 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from console import job_actions
 from console.display import lag_text, outcome_strip, run_url, state_badge
+from console.event_admin import JOB_FIELDS, changes_text, events_url
 from console.filters import (
-    EventActionFilter,
     FailingFilter,
-    JobFilter,
     MissedFiresFilter,
     PausedByFilter,
-    job_picker_media,
 )
 from console.forms import JobForm
 from console.job_status import job_status
 from console.new_secrets import VERIFY_SNIPPET, pop_secret, stash_secret
 from console.recent import recent_runs
-from core.admin_base import BigTableAdmin, OwnerScopedAdmin
+from core.admin_base import OwnerScopedAdmin
 from core.db import db_now
 from jobs import changes, crypto, schedules
 from jobs.display import (
@@ -54,7 +52,7 @@ from jobs.display import (
     relative,
     short_duration,
 )
-from jobs.models import Channel, Job, JobEvent, JobState
+from jobs.models import Channel, Job, JobState
 from runs import job_verbs
 from runs.models import Attempt, Run, RunState
 
@@ -73,7 +71,6 @@ EXECUTED_STATES = frozenset(
 PREVIEW_FIRES = 5
 
 SCHEDULE_FIELDS = frozenset({"cron", "interval_seconds", "timezone", "start_at"})
-JOB_FIELDS = frozenset(f.name for f in Job._meta.get_fields())
 
 
 def _now(obj: Job) -> dt.datetime:
@@ -547,7 +544,7 @@ class JobAdmin(OwnerScopedAdmin):
                     event_action(e.action),
                     e.get_channel_display(),
                     e.actor or "—",
-                    _changes_text(e.changes),
+                    changes_text(e.changes),
                 )
                 for e in events
             ),
@@ -660,94 +657,3 @@ class JobAdmin(OwnerScopedAdmin):
             view("resume", job_actions.resume_view),
             *super().get_urls(),
         ]
-
-
-def events_url(job_id) -> str:
-    """The audit events list, filtered to one job."""
-    return reverse("admin:jobs_jobevent_changelist") + f"?job__id__exact={job_id}"
-
-
-def _changes_text(recorded: dict) -> str:
-    """An event's changes as "field: old → new; ...", cut at 300 characters."""
-    text = changes.summary(recorded, JOB_FIELDS)
-    return text if len(text) <= 300 else text[:299] + "…"
-
-
-# What changed, in the events list: the first lines, each cut short.
-LIST_CHANGE_LINES = 5
-LIST_CHANGE_CHARS = 90
-
-
-def _short(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-# -- the audit log ------------------------------------------------------------------
-
-
-@admin.register(JobEvent)
-class JobEventAdmin(OwnerScopedAdmin, BigTableAdmin):
-    list_display = ("created_at", "job_link", "action_text", "channel", "actor", "changes_lines")
-    list_filter = (JobFilter, EventActionFilter, "channel")
-    list_select_related = ("job", "actor")
-    sortable_by = ("created_at",)
-    fields = ("created_at", "job_link", "action_text", "channel", "actor", "changes_list")
-    readonly_fields = fields
-
-    @property
-    def media(self):
-        return super().media + job_picker_media(self.admin_site)
-
-    def get_queryset(self, request):
-        queryset = super().get_queryset(request)
-        if request.user.is_superuser:
-            return queryset
-        return queryset.filter(owner=request.user)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        event = self.get_object(request, object_id)
-        extra_context = {**(extra_context or {}), "title": f"{event_action(event.action)}"}
-        return super().change_view(request, object_id, form_url, extra_context)
-
-    @admin.display(description="job")
-    def job_link(self, obj: JobEvent):
-        if obj.job is None:
-            return "—"
-        if obj.job.deleted_at is not None:
-            return format_html("{} <span class='punctual-quiet'>(deleted)</span>", obj.job)
-        return format_html(
-            '<a href="{}">{}</a>', reverse("admin:jobs_job_change", args=[obj.job_id]), obj.job
-        )
-
-    @admin.display(description="action", ordering="action")
-    def action_text(self, obj: JobEvent) -> str:
-        return event_action(obj.action)
-
-    @admin.display(description="what changed")
-    def changes_lines(self, obj: JobEvent):
-        lines = changes.lines(obj.changes, JOB_FIELDS)
-        shown = [_short(line, LIST_CHANGE_CHARS) for line in lines[:LIST_CHANGE_LINES]]
-        if len(lines) > len(shown):
-            shown.append(f"… and {len(lines) - len(shown)} more (open the event)")
-        return self._changes_html(shown)
-
-    @admin.display(description="what changed")
-    def changes_list(self, obj: JobEvent):
-        return self._changes_html(changes.lines(obj.changes, JOB_FIELDS))
-
-    def _changes_html(self, lines: list[str]):
-        if not lines:
-            return self.get_empty_value_display()
-        return format_html(
-            '<ul class="punctual-changes">{}</ul>',
-            format_html_join("", "<li>{}</li>", ((line,) for line in lines)),
-        )
