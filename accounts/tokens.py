@@ -27,6 +27,8 @@ PREFIX_LENGTH = 12
 # last_used_at is written at most this often per token: a busy client costs
 # one small UPDATE a minute, not one per request.
 LAST_USED_EVERY = dt.timedelta(minutes=1)
+# The longest life a new token may be given, in days (the API and the admin).
+MAX_EXPIRY_DAYS = 3650
 
 
 class TokenRefused(Exception):

@@ -566,7 +566,7 @@ def _override(name: str, label: str, help_text: str) -> models.PositiveIntegerFi
 
 class OwnerLimits(models.Model):
     """One owner's own limits, where they differ from the defaults (README
-    "Owner limits"). Only superusers see or change these rows (jobs/admin.py);
+    "Owner limits"). Only superusers see or change these rows (console/owner_limits_admin.py);
     jobs/quotas.py reads them."""
 
     owner = models.OneToOneField(

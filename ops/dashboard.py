@@ -10,7 +10,7 @@ is bounded, so the page costs the same with a million runs as with ten:
 * the waiting counts read only active runs, which the partial index
   ``run_active_idx`` holds;
 * the "Needs attention" cards (also on the admin's index) ask the questions
-  of runs/attention.py, each bounded to the last day of ``scheduled_at`` or
+  of console/attention.py, each bounded to the last day of ``scheduled_at`` or
   to one probe per job, and the oldest claimable run is the health check's
   own query (ops/health.py), narrowed to the owner.
 
@@ -29,14 +29,14 @@ from django.db.models.functions import Trunc
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from console import attention
+from console.display import run_url
 from core.db import db_now
 from dispatch import fleet, queries
 from dispatch.models import LagSample, ProcessHeartbeat
 from jobs.display import short_duration
 from jobs.models import Job, JobState
 from ops import charts, health
-from runs import attention
-from runs.display import run_url
 from runs.models import ACTIVE_STATES, Run, RunState
 
 LAG_WINDOW = dt.timedelta(hours=1)
@@ -160,7 +160,7 @@ def _job_url(job) -> str:
 
 def _jobs_card(key: str, title: str, jobs, query: str, detail, empty: str) -> Card:
     """A card of jobs: how many, the first few by name, and the jobs list
-    filtered by ``query`` (the same filter, runs/admin_filters.py)."""
+    filtered by ``query`` (the same filter, console/filters.py)."""
     count = jobs.count()
     items = [
         Item(job.name, _job_url(job), detail(job))

@@ -1,7 +1,7 @@
 """What happens to a run after one attempt: the one rule, for every caller.
 
 The webhook worker (``dispatch/worker.py``) and the pull API's complete
-(``runs/views.py``) both call ``after_attempt()``, so a retryable failure
+(``api/run_views.py``) both call ``after_attempt()``, so a retryable failure
 with attempts left waits the same backoff, and the last attempt fails the
 run the same way, however the attempt was made. ``pause_after_streak()`` is
 the other half of "should the job pause?": the failure streak lives in the

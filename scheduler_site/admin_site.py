@@ -45,6 +45,6 @@ class PunctualAdminSite(admin.AdminSite):
         return dashboard_view(request, self.each_context(request))
 
     def my_token_view(self, request):
-        from accounts.admin_views import my_token_view
+        from console.my_token import my_token_view
 
         return my_token_view(request, self.each_context(request))

@@ -145,6 +145,8 @@ INSTALLED_APPS = [
     "jobs",
     "runs",
     "dispatch",
+    "api",
+    "console",
     "ops",
     # The demo receiver's table and ``manage.py demo`` (make run): only with
     # PUNCTUAL_DEMO=true, so a production schema never has the demo's table.

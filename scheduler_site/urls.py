@@ -8,5 +8,5 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("scheduler_site.ops_urls")),
-    path("api/v1/", include("scheduler_site.api_urls")),
+    path("api/v1/", include("api.urls")),
 ]

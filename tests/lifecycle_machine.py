@@ -375,7 +375,7 @@ class Machine:
             values = {"overlap_policy": OVERLAPS[choice % len(OVERLAPS)]}
         else:
             values = {"misfire_policy": MISFIRES[choice % len(MISFIRES)]}
-        # As the API's PATCH does (runs/job_views.py).
+        # As the API's PATCH does (api/job_views.py).
         job_verbs.edit(job, values, channel=Channel.API)
 
     def do_pause(self, k: int, resume_in: int | None) -> None:

@@ -5,18 +5,21 @@ any import against the layering.
 
 The layers, bottom to top (a package may import only packages below it):
 
-    core -> accounts -> jobs -> runs -> dispatch -> ops -> scheduler_site
+    core -> accounts -> jobs -> runs -> {dispatch, api, console} -> ops -> scheduler_site
 
 core is the shared helpers, accounts the API tokens and rate limits, jobs
-the job rows and schedule math, runs the runs and leases, dispatch the
-engine, ops operations and the demo, and scheduler_site the wiring
-(settings, urls, the admin site), which may import all of them. Every
-import counts: module level, inside a function, under TYPE_CHECKING, and
-``importlib.import_module("...")`` with a literal name, so a cycle cannot
-hide in a function body. Migrations and tests are left out.
+the job rows and schedule math, runs the runs and leases. Above runs, three
+packages share one rank: dispatch the engine's loops, api the REST API and
+console the admin. Each may import the layers below, and none of the three
+imports another: the faces and the engine stand side by side on the same
+domain. ops (operations and the demo) sits above them, and scheduler_site
+(settings, urls, the admin site) is the wiring, which may import all of
+them. Every import counts: module level, inside a function, under
+TYPE_CHECKING, and ``importlib.import_module("...")`` with a literal name,
+so a cycle cannot hide in a function body. Migrations and tests are left out.
 
 Exits 1, naming each offending import, if a package imports one at its own
-level or above (which is also how a cycle shows), else 0. Standard library only.
+rank or above (which is also how a cycle shows), else 0. Standard library only.
 """
 
 from __future__ import annotations
@@ -26,8 +29,20 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-LAYERS = ("core", "accounts", "jobs", "runs", "dispatch", "ops", "scheduler_site")
-RANK = {name: i for i, name in enumerate(LAYERS)}
+# Bottom to top; the packages of one rank may not import each other.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("core",),
+    ("accounts",),
+    ("jobs",),
+    ("runs",),
+    ("dispatch", "api", "console"),
+    ("ops",),
+    ("scheduler_site",),
+)
+PACKAGES = tuple(name for rank in LAYERS for name in rank)
+RANK = {name: i for i, rank in enumerate(LAYERS) for name in rank}
+# Each package's place in PACKAGES: a cycle is reported once, from its first member.
+ORDER = {name: i for i, name in enumerate(PACKAGES)}
 SKIP_DIRS = {"migrations", "tests", "__pycache__"}
 
 
@@ -58,8 +73,8 @@ def imported_names(tree: ast.AST) -> list[tuple[str, int]]:
 
 def collect(root: Path) -> dict[str, dict[str, list[str]]]:
     """package -> imported package -> ["path:line", ...]."""
-    graph: dict[str, dict[str, list[str]]] = {name: defaultdict(list) for name in LAYERS}
-    for package in LAYERS:
+    graph: dict[str, dict[str, list[str]]] = {name: defaultdict(list) for name in PACKAGES}
+    for package in PACKAGES:
         base = root / package
         for path in sorted(base.rglob("*.py")):
             if SKIP_DIRS.intersection(path.relative_to(base).parts[:-1]):
@@ -77,8 +92,9 @@ def violations(graph: dict[str, dict[str, list[str]]]) -> list[str]:
     for package, targets in graph.items():
         for target, places in sorted(targets.items()):
             if RANK[target] >= RANK[package]:
+                beside = " (the same rank)" if RANK[target] == RANK[package] else ""
                 for place in places:
-                    problems.append(f"{place}: {package} imports {target}")
+                    problems.append(f"{place}: {package} imports {target}{beside}")
     return problems
 
 
@@ -94,21 +110,28 @@ def cycles(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
                 if key not in seen:
                     seen.add(key)
                     found.append([*path, start])
-            elif nxt not in path and RANK[nxt] > RANK[start]:
+            elif nxt not in path and ORDER[nxt] > ORDER[start]:
                 walk(start, nxt, [*path, nxt])
 
-    for start in LAYERS:
+    for start in PACKAGES:
         walk(start, start, [start])
     return found
 
 
 def table(graph: dict[str, dict[str, list[str]]]) -> str:
-    width = max(len(name) for name in LAYERS)
+    width = max(len(name) for name in PACKAGES)
     lines = [f"{'package'.ljust(width)}  imports"]
-    for package in LAYERS:
-        targets = sorted(graph[package], key=RANK.__getitem__)
+    for package in PACKAGES:
+        targets = sorted(graph[package], key=ORDER.__getitem__)
         lines.append(f"{package.ljust(width)}  {', '.join(targets) or '-'}")
     return "\n".join(lines)
+
+
+def order() -> str:
+    """``core -> ... -> {dispatch, api, console} -> ...``: a shared rank in braces."""
+    return " -> ".join(
+        rank[0] if len(rank) == 1 else "{" + ", ".join(rank) + "}" for rank in LAYERS
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -119,7 +142,7 @@ def main(argv: list[str]) -> int:
     for cycle in cycles(graph):
         problems.append("cycle: " + " -> ".join(cycle))
     if problems:
-        print(f"\nallowed order (each may import only those before it): {' -> '.join(LAYERS)}")
+        print(f"\nallowed order (each may import only the ranks before it): {order()}")
         print("\n".join(problems))
         return 1
     return 0

@@ -11,13 +11,13 @@ import zoneinfo
 import pytest
 from django.urls import reverse
 
+from console.display import run_url
+from console.forms import PAUSE_NOTE_MAX
+from console.job_status import job_status
 from core.db import db_now
-from jobs.forms import PAUSE_NOTE_MAX
 from jobs.models import Job, JobEvent
 from runs import job_verbs
 from runs.after_attempt import GONE_NOTE
-from runs.display import run_url
-from runs.job_status import job_status
 from runs.models import Run
 from tests.admin_support import deliver, make_run
 from tests.factories import make_job

@@ -10,10 +10,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from console.job_admin import LIST_STRIP_RUNS
 from core.db import db_now
 from jobs.models import Job
 from runs import job_verbs
-from runs.job_admin import LIST_STRIP_RUNS
 from tests.admin_support import make_run
 from tests.factories import make_job
 from tests.integration.admin.test_admin_jobs_list import LIST, get
@@ -63,7 +63,7 @@ def test_the_list_loads_every_jobs_runs_in_one_query(ann, ann_client):
     with CaptureQueriesContext(connection) as queries:
         get(ann_client)
     sql = [q["sql"] for q in queries]
-    # One statement for the page's runs (runs/recent.py), none per job.
+    # One statement for the page's runs (console/recent.py), none per job.
     assert sum("CROSS JOIN LATERAL" in q for q in sql) == 1
     assert not [q for q in sql if '"runs_run"."job_id" =' in q]
 

@@ -256,7 +256,7 @@ def test_a_hostile_field_is_a_form_error_and_writes_nothing(client, user, field,
 
 
 def test_every_job_form_field_has_hostile_cases():
-    from jobs.forms import JobForm
+    from console.forms import JobForm
 
     covered = {field.split("_0")[0].split("_1")[0] for field, _, _ in FIELDS} | {"payload"}
     assert set(JobForm.base_fields) | {"owner"} <= covered

@@ -1,8 +1,5 @@
 """The jobs API (README "The REST API"): CRUD, the job verbs, previews, events, runs.
 
-It sits in the runs app, above jobs, because a job's answers show its runs
-(the last run, the runs list) and its verbs create and cancel them.
-
 Every endpoint finds its job through ``Job.objects.for_owner``: another owner's
 job is the same 404 as one that never existed. Every write locks the job row
 (``SELECT ... FOR UPDATE``) for its transaction, which does two things:
@@ -35,19 +32,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import APIView
 
-from core.api_base import ApiViewMixin, check_if_match, etag
-from core.api_errors import UnprocessableKey, error_response
-from core.api_fields import EmptySerializer
-from core.db import DB_NOW_SQL, bound_cursor, db_now, hot_statement
-from core.paginators import ApiCursor
-from jobs import changes, crypto, idempotency, quotas
-from jobs.display import describe_schedule
-from jobs.limits import OWNER_LIMITS
-from jobs.models import Channel, Job, JobEvent, OwnerLimits
-from jobs.schedules import Schedule
-from jobs.targets import memo_resolver
-from runs import job_verbs
-from runs.job_serializers import (
+from api.job_serializers import (
     BackfillResultSerializer,
     BackfillSerializer,
     FiresSerializer,
@@ -64,10 +49,22 @@ from runs.job_serializers import (
     ScheduleWarnings,
     SecretSerializer,
 )
+from api.run_serializers import RunSerializer
+from api.run_views import FILTER_PARAMETERS, RunCursor, runs_response
+from core.api_base import ApiViewMixin, check_if_match, etag
+from core.api_errors import UnprocessableKey, error_response
+from core.api_fields import EmptySerializer
+from core.db import DB_NOW_SQL, bound_cursor, db_now, hot_statement
+from core.paginators import ApiCursor
+from jobs import changes, crypto, idempotency, quotas
+from jobs.display import describe_schedule
+from jobs.limits import OWNER_LIMITS
+from jobs.models import Channel, Job, JobEvent, OwnerLimits
+from jobs.schedules import Schedule
+from jobs.targets import memo_resolver
+from runs import job_verbs
 from runs.job_verbs import MAX_BACKFILL
 from runs.models import Run
-from runs.serializers import RunSerializer
-from runs.views import FILTER_PARAMETERS, RunCursor, runs_response
 
 IF_MATCH = OpenApiParameter(
     "If-Match",

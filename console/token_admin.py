@@ -1,6 +1,6 @@
 """Every owner's API tokens, for superusers (the "Job owners" group has no
 permission on them): see them, set an expiry, delete them. Owners manage
-their own on the "My API token" page (accounts/admin_views.py); the key
+their own on the "My API token" page (console/my_token.py); the key
 itself is never stored, so never shown."""
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The REST API under /api/v1/ (README "The REST API"). Health lives in ops_urls."""
+"""The REST API under /api/v1/ (README "The REST API").
+
+Included by scheduler_site/urls.py. Health is not API: it lives in
+scheduler_site/ops_urls.py, unauthenticated.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +14,9 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
-from accounts.views import TokenRotateView, TokenView
-from runs.job_views import JobViewSet, SchedulePreviewView
-from runs.views import RunViewSet
+from api.job_views import JobViewSet, SchedulePreviewView
+from api.run_views import RunViewSet
+from api.token_views import TokenRotateView, TokenView
 
 router = SimpleRouter()
 router.register("jobs", JobViewSet, basename="job")

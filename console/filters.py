@@ -1,7 +1,7 @@
 """List filters of the jobs, runs and events admins that the dashboard's
 cards link to, and the job picker of the runs and events lists.
 
-Each filter applies one question of runs/attention.py, so a card's number and
+Each filter applies one question of console/attention.py, so a card's number and
 the list behind its link come from the same query.
 """
 
@@ -14,10 +14,10 @@ from django.contrib import admin
 from django.contrib.admin.widgets import AutocompleteSelect
 from django.core.exceptions import ValidationError
 
+from console import attention
 from core.admin_base import BadListQuery
 from jobs.display import EVENT_ACTIONS
 from jobs.models import Job
-from runs import attention
 from runs.models import Run
 
 

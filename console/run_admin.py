@@ -4,37 +4,35 @@ The runs table is the biggest in Punctual (a million rows is ordinary), so the
 list never counts it (core.admin_base.BigTableAdmin), sorts only by
 ``scheduled_at`` (the ``run_scheduled_at_idx`` index), and reads the database
 clock once per page for every countdown. Runs are made by the dispatcher, not
-by hand: nobody adds them here, and only superusers may delete them.
+by hand: nobody adds them here, and only superusers may delete them. A retry
+(the list's action, the run page's button) is in console/run_actions.py.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
+from functools import partial
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import PermissionDenied
 from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Now
-from django.shortcuts import redirect
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
+from console import run_actions
+from console.display import lag_text, state_badge
+from console.filters import JobFilter, WithinFilter, job_picker_media
 from core.admin_base import BadListQuery, BigTableAdmin, OwnerScopedAdmin
 from core.date_nav import date_nav
 from core.db import db_now
 from jobs.display import relative, short_duration
-from jobs.models import Channel
-from runs import job_admin  # noqa: F401  (registers the jobs and job events admins)
-from runs.admin_filters import JobFilter, WithinFilter, job_picker_media
-from runs.display import lag_text, state_badge
-from runs.models import LATE_AFTER, Attempt, RetryNotAllowed, Run, RunState
+from runs.models import LATE_AFTER, Attempt, Run, RunState
 
-RETRYABLE_STATES = (RunState.FAILED, RunState.MISSED)
 # The list's worker and lease columns appear only when it lists running runs.
 RUNNING_STATUSES = ("running", "lease_expired")
 RUNNING_COLUMNS = ("worker", "lease")
@@ -191,7 +189,7 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
     # Any other order would sort the whole table; scheduled_at has an index.
     sortable_by = ("scheduled",)
     list_per_page = 100
-    actions = ["retry_runs"]
+    actions = [run_actions.retry_runs]
     inlines = [AttemptInline]
 
     @property
@@ -274,7 +272,7 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
             "show_save": False,
             "show_save_and_continue": False,
             "show_save_and_add_another": False,
-            "can_retry": run.state in RETRYABLE_STATES and run.job.deleted_at is None,
+            "can_retry": run.state in run_actions.RETRYABLE_STATES and run.job.deleted_at is None,
             # Set when the owner came from "send test delivery": the page
             # reloads itself until the run is over.
             "watch": "watch" in request.GET and not run.is_terminal,
@@ -399,53 +397,14 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
             '<span class="punctual-why" title="{}">{}</span>', obj.last_error, ": ".join(parts)
         )
 
-    # -- retry
-
-    @admin.action(description="Retry selected failed or missed runs", permissions=["change"])
-    def retry_runs(self, request, queryset):
-        retried = 0
-        for run in queryset.filter(state__in=RETRYABLE_STATES, job__deleted_at__isnull=True):
-            try:
-                run.retry(actor=request.user, channel=Channel.ADMIN)
-            except RetryNotAllowed:
-                continue  # it changed state since the page was loaded
-            retried += 1
-        self.message_user(
-            request,
-            f"Retried {retried} run{'s' if retried != 1 else ''}.",
-            messages.SUCCESS if retried else messages.WARNING,
-        )
-        left = queryset.exclude(state__in=RETRYABLE_STATES).exists()
-        if left:
-            self.message_user(
-                request,
-                "Only failed and missed runs can be retried; the others were left alone.",
-                messages.WARNING,
-            )
-
     def get_urls(self):
+        """The run page's Retry button: a view of console/run_actions.py,
+        given this admin; before the stock patterns, which end in a catch-all."""
         return [
             path(
                 "<path:object_id>/retry/",
-                self.admin_site.admin_view(require_POST(self.retry_view)),
+                self.admin_site.admin_view(require_POST(partial(run_actions.retry_view, self))),
                 name="runs_run_retry",
             ),
             *super().get_urls(),
         ]
-
-    def retry_view(self, request, object_id):
-        run = self.get_object(request, object_id)
-        if not self.has_change_permission(request, run):
-            raise PermissionDenied
-        if run.job.deleted_at is not None:
-            self.message_user(request, "The job was deleted: its runs stay as history.")
-            return redirect("admin:runs_run_change", run.pk)
-        try:
-            run.retry(actor=request.user, channel=Channel.ADMIN)
-        except RetryNotAllowed as exc:
-            self.message_user(request, str(exc).capitalize() + ".", messages.ERROR)
-        else:
-            self.message_user(
-                request, "The run is pending again, with the same id.", messages.SUCCESS
-            )
-        return redirect(reverse("admin:runs_run_change", args=[run.pk]) + "?watch=1")

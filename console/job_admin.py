@@ -1,8 +1,10 @@
-"""The jobs admin: the owner's list of jobs, the job page, and the audit log.
+"""The jobs admin: the owner's list of jobs, and the job page.
 
-It sits in the runs app, above jobs, because the job pages show runs (the
-outcome strips, the last run, typical run time) and their buttons create and
-cancel them. runs/admin.py imports it, which registers it.
+This is the admin's configuration and its hooks (the form, saving, deleting,
+the columns and the page's read-only fields). The list's actions and the
+job page's buttons (pause, resume, trigger, test delivery, rotate the
+secret) are plain functions in console/job_actions.py, which ``actions`` and
+``get_urls`` name. The audit log's list is console/event_admin.py.
 
 Everything that changes a job goes through the domain verbs (pause, resume,
 trigger, soft_delete in runs/job_verbs.py; rotate_secret, reschedule on the
@@ -14,51 +16,45 @@ from __future__ import annotations
 
 import datetime as dt
 import statistics
-import uuid
 import zoneinfo
+from functools import partial
 from typing import cast
 
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.db.models import Subquery
 from django.http import HttpResponseRedirect
-from django.shortcuts import redirect
-from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_http_methods, require_POST
 
-from core.admin_base import BigTableAdmin, OwnerScopedAdmin
+from console import job_actions
+from console.display import lag_text, outcome_strip, run_url, state_badge
+from console.event_admin import JOB_FIELDS, changes_text, events_url
+from console.filters import (
+    FailingFilter,
+    MissedFiresFilter,
+    PausedByFilter,
+)
+from console.forms import JobForm
+from console.job_status import job_status
+from console.new_secrets import VERIFY_SNIPPET, pop_secret, stash_secret
+from console.recent import recent_runs
+from core.admin_base import OwnerScopedAdmin
 from core.db import db_now
-from core.errors import LimitExceeded
 from jobs import changes, crypto, schedules
 from jobs.display import (
     describe_schedule,
     event_action,
     missed_text,
-    moment,
     relative,
     short_duration,
 )
-from jobs.forms import JobForm, PauseForm
-from jobs.models import Channel, Job, JobEvent, JobState
+from jobs.models import Channel, Job, JobState
 from runs import job_verbs
-from runs.admin_filters import (
-    EventActionFilter,
-    FailingFilter,
-    JobFilter,
-    MissedFiresFilter,
-    PausedByFilter,
-    job_picker_media,
-)
-from runs.display import lag_text, outcome_strip, run_url, state_badge
-from runs.job_status import job_status
 from runs.models import Attempt, Run, RunState
-from runs.recent import recent_runs
 
 # Squares in the jobs list's strip, and on a job's page.
 LIST_STRIP_RUNS = 20
@@ -71,38 +67,10 @@ TYPICAL_RUNS = 50
 EXECUTED_STATES = frozenset(
     {RunState.RUNNING, RunState.RETRYING, RunState.SUCCEEDED, RunState.FAILED}
 )
-# Fires in the form's live preview (jobs/static/punctual/job_form.js).
+# Fires in the form's live preview (console/static/punctual/job_form.js).
 PREVIEW_FIRES = 5
 
 SCHEDULE_FIELDS = frozenset({"cron", "interval_seconds", "timezone", "start_at"})
-JOB_FIELDS = frozenset(f.name for f in Job._meta.get_fields())
-
-# The new secret waits here, in the session, between the POST that made it and
-# the page that shows it once; that page removes it. It is kept encrypted like
-# the stored one (jobs/crypto.py): sessions live in the database too.
-NEW_SECRETS_SESSION_KEY = "punctual.new_secrets"
-
-# A pause of selected jobs that are all gone (deleted meanwhile, or never the owner's).
-NONE_SELECTED = "None of the selected jobs exist now."
-
-VERIFY_SNIPPET = '''\
-# pip install standardwebhooks
-from standardwebhooks.webhooks import Webhook, WebhookVerificationError
-
-webhook = Webhook("{secret}")
-
-
-def verify(body: bytes, headers: dict[str, str]) -> dict:
-    """The delivery's JSON once its signature checks out.
-
-    Raises WebhookVerificationError for a forged, altered or stale delivery.
-    In Django: verify(request.body, dict(request.headers)).
-    """
-    event = webhook.verify(body, headers)
-    # Every retry of one fire carries the same event["data"]["run_id"]:
-    # de-duplicate on it before acting, and a retry never acts twice.
-    return event
-'''
 
 
 def _now(obj: Job) -> dt.datetime:
@@ -124,21 +92,6 @@ def _page_runs(obj: Job) -> list[Run]:
     return runs
 
 
-def _stash_secret(request, job: Job, secret: str) -> None:
-    secrets = request.session.get(NEW_SECRETS_SESSION_KEY, {})
-    secrets[str(job.pk)] = crypto.encrypt(secret)
-    request.session[NEW_SECRETS_SESSION_KEY] = secrets
-
-
-def _pop_secret(request, job: Job) -> str | None:
-    secrets = request.session.get(NEW_SECRETS_SESSION_KEY, {})
-    token = secrets.pop(str(job.pk), None)
-    if token is None:
-        return None
-    request.session[NEW_SECRETS_SESSION_KEY] = secrets
-    return crypto.decrypt(token)
-
-
 def _local(when: dt.datetime, zone: str) -> dt.datetime:
     return when.astimezone(zoneinfo.ZoneInfo(zone))
 
@@ -149,7 +102,7 @@ def _local(when: dt.datetime, zone: str) -> dt.datetime:
 class JobChangeList(ChangeList):
     """Loads the page's recent runs in one query, whatever the page size.
 
-    Each job on the page gets ``recent_runs`` (newest first, runs/recent.py)
+    Each job on the page gets ``recent_runs`` (newest first, console/recent.py)
     and ``page_now`` (the database clock, read once), which the list's
     columns read instead of querying per row.
     """
@@ -187,7 +140,7 @@ class JobAdmin(OwnerScopedAdmin):
     list_select_related = ("owner",)
     search_fields = ("name",)
     list_per_page = 50
-    actions = ["pause_jobs", "resume_jobs", "trigger_jobs"]
+    actions = [job_actions.pause_jobs, job_actions.resume_jobs, job_actions.trigger_jobs]
     readonly_fields = (
         "schedule_preview",
         "schedule_text",
@@ -323,7 +276,7 @@ class JobAdmin(OwnerScopedAdmin):
                 channel=Channel.ADMIN,
                 changes=changes.initial({k: v for k, v in values.items() if k in JOB_FIELDS}),
             )
-            _stash_secret(request, obj, secret)
+            stash_secret(request, obj, secret)
         else:
             changed = [name for name in form.changed_data if name in JOB_FIELDS]
             if changed:
@@ -360,7 +313,7 @@ class JobAdmin(OwnerScopedAdmin):
         obj = self.get_object(request, object_id)
         # Only a page view consumes it: a POST that fails validation re-renders
         # the form, and the secret must not be lost or shown there.
-        secret = _pop_secret(request, obj) if request.method == "GET" else None
+        secret = pop_secret(request, obj) if request.method == "GET" else None
         if secret is not None:
             extra_context["new_secret"] = secret
             extra_context["verify_snippet"] = VERIFY_SNIPPET.format(secret=secret)
@@ -463,7 +416,7 @@ class JobAdmin(OwnerScopedAdmin):
     @admin.display(description="preview")
     def schedule_preview(self, obj: Job):
         """The box the form's script fills as the schedule is typed
-        (jobs/static/punctual/job_form.js), from the API's schedule preview.
+        (console/static/punctual/job_form.js), from the API's schedule preview.
         A new job's form previews at once; a job's page waits for an edit,
         since its saved schedule's fires are shown below."""
         adding = obj.pk is None or obj._state.adding
@@ -591,7 +544,7 @@ class JobAdmin(OwnerScopedAdmin):
                     event_action(e.action),
                     e.get_channel_display(),
                     e.actor or "—",
-                    _changes_text(e.changes),
+                    changes_text(e.changes),
                 )
                 for e in events
             ),
@@ -674,310 +627,33 @@ class JobAdmin(OwnerScopedAdmin):
             return None
         return statistics.median(durations) / 1000, len(durations)
 
-    # -- actions (list) and buttons (job page)
-
-    @admin.action(description="Pause selected jobs…", permissions=["change"])
-    def pause_jobs(self, request, queryset):
-        """Asks for a note and a resume time first (pause_selected_view acts)."""
-        jobs = list(queryset)
-        if not jobs:
-            self.message_user(request, NONE_SELECTED, messages.WARNING)
-            return None
-        return self._pause_page(request, jobs, self._pause_form(jobs), job_page=False)
-
-    @admin.action(description="Resume selected jobs", permissions=["change"])
-    def resume_jobs(self, request, queryset):
-        done = [job for job in queryset if job.state == JobState.PAUSED]
-        for job in done:
-            job_verbs.resume(job, actor=request.user, channel=Channel.ADMIN)
-        self._report(request, "Resumed", done, queryset)
-
-    @admin.action(description="Trigger selected jobs now", permissions=["change"])
-    def trigger_jobs(self, request, queryset):
-        """Each job that its owner's triggers per minute allows gets a manual
-        run; each refused one is named with the limit's message."""
-        jobs = list(queryset)
-        done = [job for job in jobs if self._trigger(request, job) is not None]
-        self._report(request, "Triggered", done, done)
-
-    def _trigger(self, request, job: Job, verb=job_verbs.trigger) -> Run | None:
-        """A manual run (or with ``verb``, a test delivery) of ``job``, or
-        None with the refusal shown."""
-        try:
-            return verb(job, actor=request.user, channel=Channel.ADMIN)
-        except LimitExceeded as exc:
-            self.message_user(request, f"“{job}” was not triggered: {exc}", messages.ERROR)
-        except Job.DoesNotExist:
-            self.message_user(request, f"“{job}” was deleted meanwhile.", messages.WARNING)
-        return None
-
-    def _report(self, request, verb: str, done: list[Job], selected) -> None:
-        skipped = len(selected) - len(done)
-        text = f"{verb} {len(done)} job{'s' if len(done) != 1 else ''}"
-        if skipped:
-            text += f" ({skipped} already {verb.lower()})"
-        self.message_user(request, text + ".", messages.SUCCESS)
+    # -- the pages of the buttons (job page) and the list's pause form
 
     def get_urls(self):
+        """Each is a view of console/job_actions.py, given this admin; before
+        the stock patterns, which end in a catch-all."""
+
         def view(name: str, func, methods=("POST",)):
             return path(
                 f"<path:object_id>/{name}/",
-                self.admin_site.admin_view(require_http_methods(list(methods))(func)),
+                self.admin_site.admin_view(
+                    require_http_methods(list(methods))(partial(func, self))
+                ),
                 name=f"jobs_job_{name.replace('-', '_')}",
             )
 
         return [
             path(
                 "pause-selected/",
-                self.admin_site.admin_view(require_POST(self.pause_selected_view)),
+                self.admin_site.admin_view(
+                    require_POST(partial(job_actions.pause_selected_view, self))
+                ),
                 name="jobs_job_pause_selected",
             ),
             # GET asks first (a confirmation page, a form); POST acts.
-            view("rotate-secret", self.rotate_secret_view, ("GET", "POST")),
-            view("test-delivery", self.test_delivery_view),
-            view("pause", self.pause_view, ("GET", "POST")),
-            view("resume", self.resume_view),
+            view("rotate-secret", job_actions.rotate_secret_view, ("GET", "POST")),
+            view("test-delivery", job_actions.test_delivery_view),
+            view("pause", job_actions.pause_view, ("GET", "POST")),
+            view("resume", job_actions.resume_view),
             *super().get_urls(),
         ]
-
-    def _changeable(self, request, object_id) -> Job:
-        job = self.get_object(request, object_id)
-        if not self.has_change_permission(request, job):
-            raise PermissionDenied
-        return job
-
-    def rotate_secret_view(self, request, object_id):
-        job = self._changeable(request, object_id)
-        if request.method == "GET":
-            return self._rotate_confirmation(request, job)
-        try:
-            secret = job.rotate_secret(actor=request.user, channel=Channel.ADMIN)
-        except Job.DoesNotExist:
-            self.message_user(request, "This job was deleted meanwhile.", messages.WARNING)
-            return redirect("admin:jobs_job_changelist")
-        _stash_secret(request, job, secret)
-        self.message_user(
-            request,
-            "The secret was rotated. For 24 hours deliveries are signed with both the old "
-            "and the new secret, so receivers can switch over.",
-            messages.SUCCESS,
-        )
-        return redirect("admin:jobs_job_change", job.pk)
-
-    def test_delivery_view(self, request, object_id):
-        job = self._changeable(request, object_id)
-        run = self._trigger(request, job, verb=job_verbs.send_test_delivery)
-        if run is None:
-            return redirect("admin:jobs_job_change", job.pk)
-        self.message_user(
-            request,
-            "Test delivery queued: one attempt, which does not count towards the job's "
-            "failure streak. This page follows it until it finishes.",
-            messages.SUCCESS,
-        )
-        return HttpResponseRedirect(run_url(run.pk) + "?watch=1")
-
-    def pause_view(self, request, object_id):
-        """The job page's "Pause…": a form (note, resume time), then the verb.
-        On a paused job it changes the note and the resume time."""
-        job = self._changeable(request, object_id)
-        initial = {"note": job.pause_note}
-        if job.resume_at:
-            initial.update(resume_at=f"{job.resume_at:%Y-%m-%d %H:%M}", zone="UTC")
-        form = self._pause_form([job], request.POST if request.method == "POST" else None, initial)
-        if not form.is_valid():
-            return self._pause_page(request, [job], form, job_page=True)
-        was_paused = job.state == JobState.PAUSED
-        cancelled = job_verbs.pause(
-            job,
-            note=form.cleaned_data["note"],
-            resume_at=form.cleaned_data["resume_at"],
-            actor=request.user,
-            channel=Channel.ADMIN,
-        )
-        text = (
-            "The pause's note and resume time were saved."
-            if was_paused
-            else f"Paused. {cancelled} waiting run(s) cancelled."
-        )
-        self.message_user(request, text, messages.SUCCESS)
-        return redirect("admin:jobs_job_change", job.pk)
-
-    def pause_selected_view(self, request):
-        """The list action's form, posted: pause each selected active job."""
-        ids = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
-        try:
-            selected = [uuid.UUID(value) for value in ids]
-        except ValueError:
-            return self._pause_refused(request, "The selection holds something that is not an id.")
-        if not self.has_change_permission(request):
-            raise PermissionDenied
-        jobs = list(self.get_queryset(request).filter(pk__in=selected))
-        if not jobs:
-            self.message_user(request, NONE_SELECTED, messages.WARNING)
-            return redirect("admin:jobs_job_changelist")
-        form = self._pause_form(jobs, request.POST)
-        if not form.is_valid():
-            return self._pause_page(request, jobs, form, job_page=False)
-        done = [job for job in jobs if job.state == JobState.ACTIVE]
-        for job in done:
-            job_verbs.pause(
-                job,
-                note=form.cleaned_data["note"],
-                resume_at=form.cleaned_data["resume_at"],
-                actor=request.user,
-                channel=Channel.ADMIN,
-            )
-        self._report(request, "Paused", done, jobs)
-        return redirect("admin:jobs_job_changelist")
-
-    def _pause_form(self, jobs: list[Job], data=None, initial=None) -> PauseForm:
-        zones = sorted({job.timezone for job in jobs})
-        return PauseForm(data, initial=initial, zones=zones, now=db_now())
-
-    def _pause_page(
-        self, request, jobs: list[Job], form: PauseForm, *, job_page: bool
-    ) -> TemplateResponse:
-        """The pause form, for one job (from its page) or for the jobs
-        selected in the list; 400 when it comes back with errors."""
-        job = jobs[0]
-        if not job_page:
-            title = "Pause the selected jobs"
-        elif job.state == JobState.PAUSED:
-            title = f"Change the pause of “{job}”"
-        else:
-            title = f"Pause “{job}”"
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "title": title,
-            "form": form,
-            "active": [job for job in jobs if job.state == JobState.ACTIVE],
-            "paused": [job for job in jobs if job.state == JobState.PAUSED],
-            "original": job if job_page else None,
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-        }
-        status = 400 if form.is_bound else 200
-        return TemplateResponse(request, "admin/jobs/job/pause.html", context, status=status)
-
-    def _pause_refused(self, request, problem: str) -> TemplateResponse:
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "title": "Jobs: this pause cannot be made",
-            "problem": problem,
-        }
-        return TemplateResponse(request, "admin/punctual/refused.html", context, status=400)
-
-    def _rotate_confirmation(self, request, job: Job) -> TemplateResponse:
-        """What a rotation does, and a button that makes it."""
-        now = _now(job)
-        until = job.previous_secret_until
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "title": f"Rotate the secret of “{job}”?",
-            "original": job,
-            # A rotation within the last 24 hours: rotating again ends the
-            # overlap of the secret before the current one.
-            "overlap_ends": moment(until, job.timezone, now) if until and until > now else "",
-        }
-        return TemplateResponse(request, "admin/jobs/job/rotate_secret.html", context)
-
-    def resume_view(self, request, object_id):
-        job = self._changeable(request, object_id)
-        if job.state == JobState.PAUSED:
-            job_verbs.resume(job, actor=request.user, channel=Channel.ADMIN)
-            self.message_user(request, "Resumed from now.", messages.SUCCESS)
-        return redirect("admin:jobs_job_change", job.pk)
-
-
-def events_url(job_id) -> str:
-    """The audit events list, filtered to one job."""
-    return reverse("admin:jobs_jobevent_changelist") + f"?job__id__exact={job_id}"
-
-
-def _changes_text(recorded: dict) -> str:
-    """An event's changes as "field: old → new; ...", cut at 300 characters."""
-    text = changes.summary(recorded, JOB_FIELDS)
-    return text if len(text) <= 300 else text[:299] + "…"
-
-
-# What changed, in the events list: the first lines, each cut short.
-LIST_CHANGE_LINES = 5
-LIST_CHANGE_CHARS = 90
-
-
-def _short(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-# -- the audit log ------------------------------------------------------------------
-
-
-@admin.register(JobEvent)
-class JobEventAdmin(OwnerScopedAdmin, BigTableAdmin):
-    list_display = ("created_at", "job_link", "action_text", "channel", "actor", "changes_lines")
-    list_filter = (JobFilter, EventActionFilter, "channel")
-    list_select_related = ("job", "actor")
-    sortable_by = ("created_at",)
-    fields = ("created_at", "job_link", "action_text", "channel", "actor", "changes_list")
-    readonly_fields = fields
-
-    @property
-    def media(self):
-        return super().media + job_picker_media(self.admin_site)
-
-    def get_queryset(self, request):
-        queryset = super().get_queryset(request)
-        if request.user.is_superuser:
-            return queryset
-        return queryset.filter(owner=request.user)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        event = self.get_object(request, object_id)
-        extra_context = {**(extra_context or {}), "title": f"{event_action(event.action)}"}
-        return super().change_view(request, object_id, form_url, extra_context)
-
-    @admin.display(description="job")
-    def job_link(self, obj: JobEvent):
-        if obj.job is None:
-            return "—"
-        if obj.job.deleted_at is not None:
-            return format_html("{} <span class='punctual-quiet'>(deleted)</span>", obj.job)
-        return format_html(
-            '<a href="{}">{}</a>', reverse("admin:jobs_job_change", args=[obj.job_id]), obj.job
-        )
-
-    @admin.display(description="action", ordering="action")
-    def action_text(self, obj: JobEvent) -> str:
-        return event_action(obj.action)
-
-    @admin.display(description="what changed")
-    def changes_lines(self, obj: JobEvent):
-        lines = changes.lines(obj.changes, JOB_FIELDS)
-        shown = [_short(line, LIST_CHANGE_CHARS) for line in lines[:LIST_CHANGE_LINES]]
-        if len(lines) > len(shown):
-            shown.append(f"… and {len(lines) - len(shown)} more (open the event)")
-        return self._changes_html(shown)
-
-    @admin.display(description="what changed")
-    def changes_list(self, obj: JobEvent):
-        return self._changes_html(changes.lines(obj.changes, JOB_FIELDS))
-
-    def _changes_html(self, lines: list[str]):
-        if not lines:
-            return self.get_empty_value_display()
-        return format_html(
-            '<ul class="punctual-changes">{}</ul>',
-            format_html_join("", "<li>{}</li>", ((line,) for line in lines)),
-        )

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 from django.utils.safestring import SafeString
 
+from console.display import STATE_LABELS, outcome_strip, run_url
 from jobs.display import moment
 from jobs.models import Channel, Job, JobEvent, JobState
-from runs.display import STATE_LABELS, outcome_strip, run_url
 from runs.models import Run, RunState
 
 # Squares in the header's strip: the newest runs, enough to see a streak.
@@ -57,7 +57,7 @@ class Failure:
 
 @dataclass(frozen=True)
 class JobStatus:
-    """What the header shows; ``templates/admin/jobs/job/status_header.html``
+    """What the header shows; ``console/templates/admin/jobs/job/status_header.html``
     lays it out."""
 
     state: str  # a CSS state: active, paused, failed, deleted
@@ -70,7 +70,7 @@ class JobStatus:
 
 def job_status(job: Job, runs: Sequence[Run], now: dt.datetime, viewer) -> JobStatus:
     """The header of ``job``'s page for ``viewer``; ``runs`` are its newest
-    runs, newest first (runs/recent.py), ``now`` the database clock."""
+    runs, newest first (console/recent.py), ``now`` the database clock."""
     strip_runs = list(runs[:STRIP_RUNS])
     failure = last_failure(strip_runs)
     state, headline, details = _state_lines(job, now, viewer)
@@ -149,7 +149,7 @@ def pause_headline(job: Job, event: JobEvent | None, viewer) -> str:
 def last_failure(runs: Sequence[Run]) -> Failure | None:
     """The newest of ``runs`` whose last attempt failed, with its error text.
 
-    The strip's runs carry no error text (runs/recent.py loads only what a
+    The strip's runs carry no error text (console/recent.py loads only what a
     square needs), so it is read here for this one run, by its primary key
     and partition key.
     """

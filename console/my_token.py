@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from accounts import tokens
-from accounts.serializers import MAX_EXPIRY_DAYS
+from accounts.tokens import MAX_EXPIRY_DAYS
 from core.db import db_now
 
 ACTIONS = ("rotate", "revoke")

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from accounts.tokens import expiry_after
+from accounts.tokens import MAX_EXPIRY_DAYS, expiry_after
 from core.api_fields import AwareDateTimeField, StrictIntegerField, StrictSerializer
-
-MAX_EXPIRY_DAYS = 3650
 
 
 class RotateSerializer(StrictSerializer):

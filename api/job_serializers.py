@@ -1,7 +1,5 @@
 """API representations of jobs, their events and schedule previews.
 
-In the runs app, above jobs, because a job is shown with its last run.
-
 Validation follows the README "Input rules" table exactly; the schedule rules are
 ``jobs.schedules``' own validators, and the URL rule is
 ``jobs.targets.check_url``, so the API, the admin and the worker agree on

@@ -26,6 +26,16 @@ from rest_framework.generics import get_object_or_404
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from api.run_serializers import (
+    ClaimedRunSerializer,
+    ClaimSerializer,
+    CompleteSerializer,
+    HeartbeatSerializer,
+    LeaseSerializer,
+    RunDetailSerializer,
+    RunFilterSerializer,
+    RunSerializer,
+)
 from core.api_base import ApiViewMixin
 from core.api_errors import Conflict, error_response
 from core.api_fields import EmptySerializer
@@ -36,16 +46,6 @@ from runs import leases, outcomes
 from runs.after_attempt import after_attempt
 from runs.models import LATE_AFTER, RetryNotAllowed, Run, RunKind, RunQuerySet, RunState
 from runs.retry import Outcome
-from runs.serializers import (
-    ClaimedRunSerializer,
-    ClaimSerializer,
-    CompleteSerializer,
-    HeartbeatSerializer,
-    LeaseSerializer,
-    RunDetailSerializer,
-    RunFilterSerializer,
-    RunSerializer,
-)
 
 _SYSTEM_RNG = random.SystemRandom()
 

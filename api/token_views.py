@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts import tokens
-from accounts.serializers import NewTokenSerializer, RotateSerializer, TokenSerializer
+from api.token_serializers import NewTokenSerializer, RotateSerializer, TokenSerializer
 from core.api_base import ApiViewMixin
 from core.api_errors import error_response
 from core.db import db_now

@@ -67,7 +67,7 @@ def outcome_strip(runs: Iterable[Run], *, empty: str = "no runs yet") -> SafeStr
     """Small coloured squares, oldest on the left, each linking to its run.
 
     ``runs`` must carry the fields that ``run_summary`` reads; the admin
-    fetches them for a whole page of jobs in one query (runs/recent.py).
+    fetches them for a whole page of jobs in one query (console/recent.py).
     """
     ordered = sorted(runs, key=lambda r: r.scheduled_at)
     if not ordered:

@@ -1,0 +1,66 @@
+"""What the runs admin does to runs: retry the selected failed or missed runs
+(a list action), or one run (the Retry button on its page).
+
+Plain functions that take the runs admin first, as Django's own
+``delete_selected`` action does: ``RunAdmin.actions`` lists the action and
+``RunAdmin.get_urls`` wires the button's view. A retry is the run's own verb,
+``Run.retry``, with ``channel="admin"`` and the signed-in user as the actor.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import redirect
+from django.urls import reverse
+
+from jobs.models import Channel
+from runs.models import RetryNotAllowed, RunState
+
+if TYPE_CHECKING:
+    from console.run_admin import RunAdmin
+
+RETRYABLE_STATES = (RunState.FAILED, RunState.MISSED)
+
+
+@admin.action(description="Retry selected failed or missed runs", permissions=["change"])
+def retry_runs(model_admin: RunAdmin, request, queryset):
+    retried = 0
+    for run in queryset.filter(state__in=RETRYABLE_STATES, job__deleted_at__isnull=True):
+        try:
+            run.retry(actor=request.user, channel=Channel.ADMIN)
+        except RetryNotAllowed:
+            continue  # it changed state since the page was loaded
+        retried += 1
+    model_admin.message_user(
+        request,
+        f"Retried {retried} run{'s' if retried != 1 else ''}.",
+        messages.SUCCESS if retried else messages.WARNING,
+    )
+    left = queryset.exclude(state__in=RETRYABLE_STATES).exists()
+    if left:
+        model_admin.message_user(
+            request,
+            "Only failed and missed runs can be retried; the others were left alone.",
+            messages.WARNING,
+        )
+
+
+def retry_view(model_admin: RunAdmin, request, object_id):
+    run = model_admin.get_object(request, object_id)
+    if not model_admin.has_change_permission(request, run):
+        raise PermissionDenied
+    if run.job.deleted_at is not None:
+        model_admin.message_user(request, "The job was deleted: its runs stay as history.")
+        return redirect("admin:runs_run_change", run.pk)
+    try:
+        run.retry(actor=request.user, channel=Channel.ADMIN)
+    except RetryNotAllowed as exc:
+        model_admin.message_user(request, str(exc).capitalize() + ".", messages.ERROR)
+    else:
+        model_admin.message_user(
+            request, "The run is pending again, with the same id.", messages.SUCCESS
+        )
+    return redirect(reverse("admin:runs_run_change", args=[run.pk]) + "?watch=1")
