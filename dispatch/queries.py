@@ -18,6 +18,7 @@ from django.db import connection
 
 from core.db import DB_NOW_SQL, dict_cursor
 from core.db import db_now as _db_now
+from core.sql import Placeholder
 from runs import identity
 from runs.planning import DueJob
 
@@ -46,7 +47,13 @@ LOCK_DUE_JOBS = f"""
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
 """
+# One of several dispatchers (--shard K/N) plans only the jobs whose id
+# hashes to K modulo N, so that each due job has one dispatcher.
 SHARD_FILTER = "AND mod(hashtext(id::text) & 2147483647, %(shards)s) = %(shard)s"
+
+# Which due jobs a dispatcher's statements read: every job, or, for one of
+# several dispatchers started with --shard, its shard's (SHARD_FILTER).
+SHARD = Placeholder("shard", {"every job": "", "one shard": SHARD_FILTER})
 
 # Dispatcher tick, planned path: the runs each exclusive job already has
 # running and waiting, the input of the overlap rule (uses run_active_idx).
@@ -245,9 +252,9 @@ def db_now() -> dt.datetime:
 
 def _shard(params: dict, shard: tuple[int, int] | None) -> str:
     if not shard:
-        return ""
+        return SHARD["every job"]
     params.update(shard=shard[0], shards=shard[1])
-    return SHARD_FILTER
+    return SHARD["one shard"]
 
 
 def lock_due_jobs(

@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from core.db import DB_NOW_SQL, db_now, dict_cursor
+from core.sql import Placeholder
 from dispatch.models import ProcessHeartbeat, ProcessKind
 from jobs.schedules import Schedule, ScheduleError
 from runs.leases import ITS_TURN
@@ -254,6 +255,18 @@ def audit(
     return report
 
 
+# The runs ``r`` a statement over the audited range reads: all of them
+# without --since/--until, so that a whole audit scans the runs table once
+# instead of walking an index.
+RANGE = Placeholder(
+    "range",
+    {
+        "whole history": "",
+        "--since/--until": "AND r.scheduled_at >= %(since)s AND r.scheduled_at < %(until)s",
+    },
+)
+
+
 @dataclass
 class _Scope:
     ids: list[str] | None
@@ -264,12 +277,9 @@ class _Scope:
     dispatcher_alive: bool
 
     def runs_in_range(self, sql: str) -> str:
-        """``sql`` with its ``/*RANGE*/`` mark replaced by the audited range's
-        filter on runs ``r``: none without --since/--until, so that a whole
-        audit scans the runs table once instead of walking an index."""
+        """``sql`` with its ``{range}`` filled for the audited range (RANGE)."""
         bounded = self.since != BEGINNING or self.until != FOREVER
-        where = "AND r.scheduled_at >= %(since)s AND r.scheduled_at < %(until)s"
-        return sql.replace("/*RANGE*/", where if bounded else "")
+        return sql.format(range=RANGE["--since/--until" if bounded else "whole history"])
 
     def params(self, **extra: Any) -> dict[str, Any]:
         return {
@@ -378,7 +388,7 @@ _DUPLICATES = f"""
     WITH {_JOBS}
     SELECT r.job_id, r.scheduled_at, count(*) AS runs
     FROM runs_run AS r JOIN jobs ON jobs.id = r.job_id
-    WHERE true /*RANGE*/
+    WHERE true {{range}}
     GROUP BY r.job_id, r.scheduled_at HAVING count(*) > 1
     LIMIT {MAX_LISTED}
 """
@@ -500,7 +510,7 @@ _RUN_BREACHES = f"""
     LEFT JOIN jobs_schedulespan AS s
         ON s.job_id = r.job_id AND r.scheduled_at > s.started_at
        AND (s.ended_at IS NULL OR r.scheduled_at <= s.ended_at)
-    WHERE true /*RANGE*/
+    WHERE true {{range}}
       AND ((s.id IS NOT NULL AND r.kind IN ('scheduled', 'catch_up')
             AND (s.state = 'deleted' OR (s.state = 'paused' AND r.kind = 'scheduled')
                  OR NOT ({_on_slot("s")})))
@@ -523,10 +533,12 @@ _RUN_TOTALS = f"""
            ) AS before_history
     FROM runs_run AS r JOIN jobs ON jobs.id = r.job_id
     LEFT JOIN first ON first.job_id = r.job_id
-    WHERE true /*RANGE*/
+    WHERE true {{range}}
     GROUP BY r.state
 """
 
+# Rule 2, catch-up runs: the pauses in which a resume made more catch-up
+# runs than the job's max_catchup allows.
 _CATCH_UP_PER_PAUSE = f"""
     WITH {_JOBS}
     SELECT s.job_id, s.started_at, jobs.max_catchup, count(*) AS catch_up
@@ -535,7 +547,7 @@ _CATCH_UP_PER_PAUSE = f"""
     JOIN jobs_schedulespan AS s
         ON s.job_id = r.job_id AND s.state = 'paused' AND r.scheduled_at > s.started_at
        AND (s.ended_at IS NULL OR r.scheduled_at <= s.ended_at)
-    WHERE r.kind = 'catch_up' /*RANGE*/
+    WHERE r.kind = 'catch_up' {{range}}
     GROUP BY s.id, s.job_id, s.started_at, jobs.max_catchup
     HAVING count(*) > jobs.max_catchup
 """
@@ -742,7 +754,7 @@ _STOP_SPANS = """
 _SUCCEEDED = f"""
     WITH {_JOBS}
     SELECT r.id, r.job_id, r.scheduled_at FROM runs_run AS r JOIN jobs ON jobs.id = r.job_id
-    WHERE r.state = 'succeeded' AND r.target_kind = 'webhook' /*RANGE*/
+    WHERE r.state = 'succeeded' AND r.target_kind = 'webhook' {{range}}
 """
 # The test-only offset of the database clock (core/db.py): the receiver's
 # clock is compared with database times through it.

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.db import DB_NOW_SQL, db_now, dict_cursor, hot_transaction
+from core.sql import Placeholder
 from runs import fair_shares, notify, partitions
 
 # An attempt's deadline is its start + timeout_seconds + this grace. A
@@ -175,6 +176,9 @@ _ITS_TURN = """
 ITS_TURN = _ITS_TURN.format(floor="")
 ITS_TURN_FROM_FLOOR = _ITS_TURN.format(floor=FROM_FLOOR.format(alias="e"))
 
+# The claims' locks: the run FOR UPDATE and its job FOR KEY SHARE (why:
+# JOB_IS_LIVE), both SKIP LOCKED, so that concurrent claimers take disjoint
+# batches and none waits for another.
 LOCK_RUN_AND_JOB = "FOR UPDATE OF r SKIP LOCKED FOR KEY SHARE OF j SKIP LOCKED"
 
 # Worker claim loop and the pull API's claim, first statement: running runs
@@ -362,6 +366,17 @@ def several_owners() -> bool:
 # is the one the claim is held to (they are always equal).
 PULL_SCOPE = "AND r.owner_id = %(owner_id)s AND j.owner_id = %(owner_id)s {job}"
 
+# Whose runs CLAIM_EXPIRED and CLAIM_WAITING take: a worker's, any owner's;
+# a pull worker's, its owner's (PULL_SCOPE), or one job of its owner's.
+CLAIM_SCOPE = Placeholder(
+    "scope",
+    {
+        "any owner": "",
+        "pull owner": PULL_SCOPE.format(job=""),
+        "pull owner, one job": PULL_SCOPE.format(job="AND r.job_id = %(job_id)s"),
+    },
+)
+
 # The one lease rule, shared by HEARTBEAT and COMPLETE (runs/outcomes.py): a
 # run belongs to its current (lease_owner, attempt) until another claim takes
 # it over or its attempt deadline passes. An expired lease makes the run
@@ -477,7 +492,9 @@ def _claim_waiting_fairly(
         return []
     if fair_shares.one_owner_takes_all(waiting, limit, cap=cap, held=held):
         # One owner, with room for the whole batch: the oldest due runs.
-        cur.execute(CLAIM_WAITING.format(scope=""), {**params, "limit": limit})
+        cur.execute(
+            CLAIM_WAITING.format(scope=CLAIM_SCOPE["any owner"]), {**params, "limit": limit}
+        )
         return [_claimed(row) for row in cur.fetchall()]
     claimed: list[Claimed] = []
     taken: list[Counter[int | None]] = []
@@ -524,9 +541,9 @@ def claim(
     of an owner at its cap is left for later, so that one owner's slow
     deliveries never fill every slot (README "Claims").
     """
-    scope = ""
+    scope = CLAIM_SCOPE["any owner"]
     if job_owner_id is not None:
-        scope = PULL_SCOPE.format(job="AND r.job_id = %(job_id)s" if job_id else "")
+        scope = CLAIM_SCOPE["pull owner, one job" if job_id else "pull owner"]
     with hot_transaction(), dict_cursor() as cur:
         cur.execute(ORDERED_WALK)
         db_time, floor = partitions.now_and_floor()

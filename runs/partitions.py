@@ -59,6 +59,7 @@ from django.db import OperationalError, connection, transaction
 from psycopg.errors import LockNotAvailable
 
 from core.db import DB_NOW_SQL
+from core.sql import Placeholder
 
 log = logging.getLogger("punctual.retention")
 
@@ -98,7 +99,7 @@ TABLES = (("runs_run", "runs_run_default"), ("runs_attempt", "runs_attempt_defau
 # install has, and takes effect at the partition's next ANALYZE.
 JOB_ID_DISTINCT = -0.01
 SET_JOB_ID_DISTINCT = (
-    f"ALTER TABLE {{table}} ALTER COLUMN job_id SET (n_distinct = {JOB_ID_DISTINCT})"
+    f"ALTER TABLE {{part}} ALTER COLUMN job_id SET (n_distinct = {JOB_ID_DISTINCT})"
 )
 
 # The day partitions of one table and their upper bounds, oldest first.
@@ -121,6 +122,14 @@ DAY_HAS_ACTIVE_RUNS = """
 
 def partition_name(parent: str, day: dt.date) -> str:
     return f"{parent}_p{day:%Y%m%d}"
+
+
+# The day partition of runs_run that SET_JOB_ID_DISTINCT and
+# DAY_HAS_ACTIVE_RUNS are run on: each day's in turn.
+PART = Placeholder(
+    "part",
+    {"a day's partition, here 2026-12-01's": partition_name("runs_run", dt.date(2026, 12, 1))},
+)
 
 
 def _day_of(name: str) -> dt.date:
@@ -182,7 +191,7 @@ def _create_day(cur, day: dt.date) -> int:
         )
         cur.execute(f"ALTER TABLE {part} DROP CONSTRAINT {part}_bounds")
         if parent == "runs_run":
-            cur.execute(SET_JOB_ID_DISTINCT.format(table=part))
+            cur.execute(SET_JOB_ID_DISTINCT.format(part=part))
     return moved
 
 
@@ -284,6 +293,8 @@ OLDEST_ACTIVE_IN_DEFAULT = """
 # (migration 0012): the shared advisory lock, then the row.
 LOWER_FLOOR = "SELECT runs_active_floor_lower(%(at)s)"
 
+# raise_active_floor()'s write, once it holds the row and the advisory lock:
+# the row is rewritten only when the floor moves.
 SET_FLOOR = """
     UPDATE runs_active_floor SET since = %(since)s WHERE since IS DISTINCT FROM %(since)s
 """

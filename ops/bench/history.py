@@ -14,6 +14,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 
 from core.db import db_now
+from core.sql import Placeholder
 from ops.bench.dispatch import drain
 from ops.bench.figures import median_of
 from ops.bench.scratch import bench_owner, insert_jobs, reset
@@ -31,7 +32,7 @@ HOT_PATH_JOBS = "bench-hot-"
 # uuid5s, and hashing 50 million in Python would take longer than the rest of
 # the bench; to the indexes a random uuid and a uuid5 look alike.
 HISTORY_RUNS = """
-    INSERT INTO {part} (
+    INSERT INTO {runs} (
         id, job_id, scheduled_at, kind, state, reason, attempt, max_attempts,
         available_at, lease_owner, created_at, started_at, finished_at, lag_seconds,
         last_status_code, last_error, target_kind, exclusive, owner_id)
@@ -61,6 +62,12 @@ HISTORY_ATTEMPTS = """
            last_status_code, 80, last_error
     FROM {runs} WHERE state NOT IN ('missed', 'skipped')
 """
+# The tables of the day HISTORY_RUNS and HISTORY_ATTEMPTS fill: each day's
+# in turn, attached as its partitions afterwards.
+HISTORY_DAY_RUNS = Placeholder("runs", {"a day's table, here 2026-12-01's": "runs_run_p20261201"})
+HISTORY_DAY_ATTEMPTS = Placeholder(
+    "attempts", {"a day's table, here 2026-12-01's": "runs_attempt_p20261201"}
+)
 
 
 def fill_history(total: int, days: int = HISTORY_DAYS) -> dict:
@@ -95,7 +102,7 @@ def fill_history(total: int, days: int = HISTORY_DAYS) -> dict:
                     f"CREATE TABLE {part} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
                 )
             cur.execute(
-                HISTORY_RUNS.format(part=runs),
+                HISTORY_RUNS.format(runs=runs),
                 {
                     "jobs": jobs,
                     "njobs": len(jobs),
