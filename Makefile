@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: help install run manage db db-stop test test-fast test-faults test-pooler test-pg15 lint types fmt docs docs-build openapi browser faketime pgbouncer postgresql15
+.PHONY: help install run manage db db-stop test test-fast test-faults test-pooler test-pg15 lint types fmt docs docs-build openapi sql browser faketime pgbouncer postgresql15
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -95,6 +95,11 @@ docs-build: install ## build the docs site into site/, strictly (make test runs 
 openapi: install ## export the OpenAPI schema to docs/reference/ and render its reference page
 	$(DEMO_ENV) $(BIN)/python manage.py spectacular --file docs/reference/openapi.yaml
 	$(BIN)/python tools/openapi_markdown.py docs/reference/openapi.yaml docs/reference/api.md
+
+# The catalogue of every named SQL statement, rendered whole from the code.
+# A unit test (tests/unit/test_sql_catalogue.py) fails when it is out of date.
+sql: install ## regenerate docs/reference/sql.md, every named SQL statement whole
+	$(BIN)/python tools/sql_catalogue.py
 
 # The tiers that start no OS processes of their own run on both cores (xdist,
 # one test database per worker); the process tier runs alone, because its tests
