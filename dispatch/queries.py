@@ -20,6 +20,7 @@ from core.db import DB_NOW_SQL, dict_cursor
 from core.db import db_now as _db_now
 from core.sql import Placeholder
 from runs import identity
+from runs.models import RUN_COLUMNS_SQL
 from runs.planning import DueJob
 
 # The floor of a caller that read none: every run is scheduled after it.
@@ -85,13 +86,9 @@ ACTIVE_COUNTS = """
 # what is the job's (id, attempts, target, overlap, jitter) once per job, and
 # per row only the job's position, the fire and the position of its (kind,
 # state, reason) among the batch's few distinct ones.
-INSERT_RUNS_AND_ADVANCE = """
+INSERT_RUNS_AND_ADVANCE = f"""
     WITH ins AS (
-        INSERT INTO runs_run (
-            id, job_id, scheduled_at, kind, state, reason, attempt, max_attempts,
-            available_at, lease_owner, created_at, finished_at, last_error,
-            target_kind, exclusive, owner_id
-        )
+        INSERT INTO runs_run ({RUN_COLUMNS_SQL})
         SELECT r.id, j.id, r.scheduled_at, s.kind, s.state, s.reason, 0,
                j.max_attempts,
                CASE WHEN s.state = 'pending' THEN r.scheduled_at + j.jitter END,
@@ -202,11 +199,7 @@ DISPATCH_SIMPLE_INTERVALS = f"""
                     string_to_array(%(run_ids)s, ',')::uuid[]) AS f(tid, run_id)
         JOIN jobs_job AS j ON j.ctid = f.tid
     ), ins AS (
-        INSERT INTO runs_run (
-            id, job_id, scheduled_at, kind, state, reason, attempt, max_attempts,
-            available_at, lease_owner, created_at, finished_at, last_error,
-            target_kind, exclusive, owner_id
-        )
+        INSERT INTO runs_run ({RUN_COLUMNS_SQL})
         SELECT due.run_id, due.id, due.next_fire_at, 'scheduled',
                CASE WHEN due.skipped THEN 'skipped' ELSE 'pending' END,
                CASE WHEN due.skipped THEN 'overlap' ELSE '' END, 0,

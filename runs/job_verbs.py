@@ -28,7 +28,7 @@ from django.db.models import F
 
 from core.db import db_now
 from jobs import changes, history, quotas
-from jobs.models import Channel, Job, JobState, OverlapPolicy
+from jobs.models import Channel, Job, JobState
 from runs import identity, notify, planning
 from runs.models import Reason, Run, RunKind, RunState
 
@@ -291,17 +291,10 @@ def _hand_made_run(
     quotas.check_triggers(
         current.owner, Run.objects.manual_since(job.pk, now - quotas.TRIGGER_WINDOW), now
     )
-    run = Run.objects.create(
-        id=run_id,
-        job=job,
-        scheduled_at=now,
-        available_at=now,
-        kind=kind,
-        max_attempts=max_attempts,
-        target_kind=job.target_kind,
-        exclusive=job.overlap_policy != OverlapPolicy.ALLOW,
-        owner_id=job.owner_id,
+    run = Run.for_job(
+        job, id=run_id, scheduled_at=now, available_at=now, kind=kind, max_attempts=max_attempts
     )
+    run.save(force_insert=True)
     job.record_event(action, actor=actor, channel=channel, changes={"run": str(run.pk)})
     notify.runs_claimable("trigger")
     return run

@@ -14,7 +14,7 @@ import datetime as dt
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from django.db import models, transaction
 from django.db.models import F, Q
@@ -85,6 +85,36 @@ class RetryNotAllowed(Exception):
     pass
 
 
+# The columns every insert of a new run writes, in this order. The set-based
+# inserts (dispatch/queries.py INSERT_RUNS_AND_ADVANCE and
+# DISPATCH_SIMPLE_INTERVALS, ops/bench/) format RUN_COLUMNS_SQL into their
+# ``INSERT INTO runs_run (...)`` and give the values in this order; the ORM's
+# inserts build each row with Run.for_job(), which sets every one of them.
+# A column added to runs is added here, and then given its value in each of
+# those: a statement left without one fails (more target columns than
+# values). The other columns are NULL or their default until a claim, a
+# heartbeat or a completion writes them.
+RUN_COLUMNS = (
+    "id",
+    "job_id",
+    "scheduled_at",
+    "kind",
+    "state",
+    "reason",
+    "attempt",
+    "max_attempts",
+    "available_at",
+    "lease_owner",
+    "created_at",
+    "finished_at",
+    "last_error",
+    "target_kind",
+    "exclusive",
+    "owner_id",
+)
+RUN_COLUMNS_SQL = ", ".join(RUN_COLUMNS)
+
+
 # A run is late when it started this long after its scheduled time, or is
 # still waiting this long after it became available. Jitter is part of the lag
 # by definition (README "Input rules": first attempt's start minus scheduled_at).
@@ -138,19 +168,15 @@ class RunQuerySet(models.QuerySet["Run"]):
         Each run's id is its fire's (runs/identity.py), as the dispatcher's."""
         offset = dt.timedelta(seconds=jitter_offset(job.pk, job.jitter_seconds))
         objs = [
-            self.model(
+            self.model.for_job(
+                job,
                 id=identity.fire_id(job.pk, fire),
-                job=job,
                 scheduled_at=fire,
                 kind=kind,
                 state=state,
                 reason=reason,
                 available_at=fire + offset if state == RunState.PENDING else None,
                 finished_at=None if state == RunState.PENDING else now,
-                max_attempts=job.max_attempts,
-                target_kind=job.target_kind,
-                exclusive=job.overlap_policy != "allow",
-                owner_id=job.owner_id,
             )
             for fire, kind, state, reason in rows
         ]
@@ -178,16 +204,12 @@ class RunQuerySet(models.QuerySet["Run"]):
         offset = dt.timedelta(seconds=jitter_offset(job.pk, job.jitter_seconds))
         ordered = sorted(fires)
         rows = [
-            self.model(
+            self.model.for_job(
+                job,
                 id=identity.fire_id(job.pk, fire),
-                job=job,
                 scheduled_at=fire,
                 kind=kind,
                 available_at=fire + offset if spread is None else spread.at(n, fire + offset),
-                max_attempts=job.max_attempts,
-                target_kind=job.target_kind,
-                exclusive=job.overlap_policy != "allow",
-                owner_id=job.owner_id,
             )
             for n, fire in enumerate(ordered)
         ]
@@ -266,8 +288,7 @@ class Run(models.Model):
     last_error = models.TextField(max_length=MAX_ERROR_CHARS, blank=True, default="")
     # The receiver's answer to the last attempt, success or not (last_error
     # says what went wrong, and is empty on success). A database default too:
-    # the set-based inserts of runs/leases.py and dispatch/queries.py name only
-    # the columns they fill.
+    # the set-based inserts name only RUN_COLUMNS.
     last_response = models.TextField(
         max_length=MAX_RESPONSE_CHARS, blank=True, default="", db_default=""
     )
@@ -365,6 +386,43 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} @ {self.scheduled_at.isoformat()}"
+
+    @classmethod
+    def for_job(
+        cls,
+        job: Job,
+        *,
+        id: uuid.UUID,
+        scheduled_at: dt.datetime,
+        kind: str,
+        available_at: dt.datetime | None,
+        state: str = RunState.PENDING,
+        reason: str = "",
+        finished_at: dt.datetime | None = None,
+        max_attempts: int | None = None,
+    ) -> Self:
+        """A new, unsaved run of ``job``, for the ORM's inserts: each of
+        RUN_COLUMNS set, in its order, the job's copies taken as the
+        set-based inserts take them (its max_attempts unless given, its
+        target kind, its overlap rule as ``exclusive``, its owner), but
+        ``created_at``, which the insert sets (``auto_now_add``)."""
+        return cls(
+            id=id,
+            job=job,
+            scheduled_at=scheduled_at,
+            kind=kind,
+            state=state,
+            reason=reason,
+            attempt=0,
+            max_attempts=job.max_attempts if max_attempts is None else max_attempts,
+            available_at=available_at,
+            lease_owner="",
+            finished_at=finished_at,
+            last_error="",
+            target_kind=job.target_kind,
+            exclusive=job.overlap_policy != "allow",
+            owner_id=job.owner_id,
+        )
 
     @property
     def is_terminal(self) -> bool:

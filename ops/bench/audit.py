@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from jobs import crypto, history
 from ops.bench.scratch import bench_owner, reset
 from runs import identity
+from runs.models import RUN_COLUMNS_SQL
 
 
 def scenario_audit(*, jobs: int, runs_per_job: int, cron_share: float, repeat: int, force: bool):
@@ -90,17 +91,16 @@ def _insert_history(jobs: int, runs_per_job: int, cron_share: float) -> None:
         for start in range(0, len(job_ids), 1000):
             rows = [(j, k, f"{j}/{at}") for j in job_ids[start : start + 1000] for k, at in slots]
             cur.execute(
-                """
-                INSERT INTO runs_run (
-                    id, job_id, scheduled_at, kind, state, reason, attempt, max_attempts,
-                    available_at, lease_owner, created_at, started_at, finished_at, last_error,
-                    target_kind, exclusive)
+                f"""
+                INSERT INTO runs_run ({RUN_COLUMNS_SQL}, started_at)
                 SELECT r.id, r.job_id, %(base)s + r.k * interval '1 minute', 'scheduled',
-                       'succeeded', '', 1, 3, NULL, '', now(), now(), now(), '', 'webhook', true
+                       'succeeded', '', 1, 3, NULL, '', now(), now(), '', 'webhook', true,
+                       %(owner)s, now()
                 FROM unnest(%(ids)s::uuid[], %(jobs)s::uuid[], %(ks)s::int[])
                      AS r(id, job_id, k)
                 """,
                 {
+                    "owner": owner,
                     "base": base,
                     "ids": identity.ids_for_names([name for _, _, name in rows]),
                     "jobs": [j for j, _, _ in rows],

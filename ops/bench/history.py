@@ -18,6 +18,7 @@ from core.sql import Placeholder
 from ops.bench.dispatch import drain
 from ops.bench.figures import median_of
 from ops.bench.scratch import bench_owner, insert_jobs, reset
+from runs.models import RUN_COLUMNS_SQL
 
 HISTORY_DAYS = 30
 HISTORY_JOBS = 1000
@@ -31,18 +32,15 @@ HOT_PATH_JOBS = "bench-hot-"
 # random, not hashed from the fire (runs/identity.py): PostgreSQL cannot make
 # uuid5s, and hashing 50 million in Python would take longer than the rest of
 # the bench; to the indexes a random uuid and a uuid5 look alike.
-HISTORY_RUNS = """
-    INSERT INTO {runs} (
-        id, job_id, scheduled_at, kind, state, reason, attempt, max_attempts,
-        available_at, lease_owner, created_at, started_at, finished_at, lag_seconds,
-        last_status_code, last_error, target_kind, exclusive, owner_id)
+HISTORY_RUNS = f"""
+    INSERT INTO {{runs}} ({RUN_COLUMNS_SQL}, started_at, lag_seconds, last_status_code)
     SELECT gen_random_uuid(), (%(jobs)s::uuid[])[1 + g %% %(njobs)s], at, k.kind, s.state,
            CASE s.state WHEN 'missed' THEN 'past grace' WHEN 'skipped' THEN 'overlap'
                         WHEN 'cancelled' THEN 'paused' ELSE '' END,
-           1, 3, NULL, '', at, at, at + interval '80 milliseconds',
-           CASE WHEN g %% 97 = 0 THEN 12.5 ELSE 0.05 END,
-           CASE s.state WHEN 'succeeded' THEN 200 WHEN 'failed' THEN 503 END,
-           CASE s.state WHEN 'failed' THEN 'HTTP 503' ELSE '' END, 'webhook', true, %(owner)s
+           1, 3, NULL, '', at, at + interval '80 milliseconds',
+           CASE s.state WHEN 'failed' THEN 'HTTP 503' ELSE '' END, 'webhook', true, %(owner)s,
+           at, CASE WHEN g %% 97 = 0 THEN 12.5 ELSE 0.05 END,
+           CASE s.state WHEN 'succeeded' THEN 200 WHEN 'failed' THEN 503 END
     FROM generate_series(0, %(n)s - 1) AS g,
          LATERAL (SELECT %(day)s::timestamptz + g * %(step)s::float8 * interval '1 microsecond'
                   AS at) AS t,

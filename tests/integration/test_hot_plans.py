@@ -88,16 +88,12 @@ def one_due_run_each(owner, jobs: int, **fields) -> None:
     for n, job in enumerate(made):
         fire = now - 120 * S - n * dt.timedelta(milliseconds=1)
         runs.append(
-            Run(
+            Run.for_job(
+                job,
                 id=identity.fire_id(job.pk, fire),
-                job=job,
                 scheduled_at=fire,
                 available_at=fire,
                 kind=RunKind.SCHEDULED,
-                max_attempts=job.max_attempts,
-                target_kind=job.target_kind,
-                exclusive=True,
-                owner_id=job.owner_id,
             )
         )
     insert_rows(runs)
