@@ -2,7 +2,7 @@
 
 The key is 32 random bytes (256 bits), so a fast hash is enough: there is
 nothing to guess, and a stolen table gives nobody a usable key. It is shown
-once, when it is made (README "Owners and access").
+once, when it is made (docs/guides/owners.md "Owners and access").
 
 An owner has at most one live token. Rotating or revoking keeps the retired
 row (until the next rotation or revocation deletes it), so that a client with

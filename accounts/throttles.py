@@ -1,4 +1,4 @@
-"""The API's rate limits, counted in PostgreSQL (README "Rate limits").
+"""The API's rate limits, counted in PostgreSQL (docs/guides/api.md "Rate limits").
 
 Two limits: each signed-in owner may make ``PUNCTUAL_API_RATE`` requests
 (keyed by user id), and each client address ``PUNCTUAL_API_ANON_RATE``

@@ -1,5 +1,5 @@
 """Issuing, rotating, revoking and checking API tokens: the only code that
-writes or reads ``ApiToken`` rows (README "Owners and access").
+writes or reads ``ApiToken`` rows (docs/guides/owners.md "Owners and access").
 
 A key is ``pct_`` and 43 URL-safe characters (32 random bytes); only its
 SHA-256 digest and its first 12 characters are stored. Keys made by older

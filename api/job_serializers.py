@@ -1,6 +1,6 @@
 """API representations of jobs, their events and schedule previews.
 
-Validation follows the README "Input rules" table exactly; the schedule rules are
+Validation follows docs/guides/api.md "Input rules" exactly; the schedule rules are
 ``jobs.schedules``' own validators, and the URL rule is
 ``jobs.targets.check_url``, so the API, the admin and the worker agree on
 what is valid. Writes go through the views, which call the model's verbs.
@@ -185,7 +185,7 @@ class LastRunSerializer(serializers.Serializer):
     ],
 )
 class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
-    """A job as the API reads and writes it (README "Input rules").
+    """A job as the API reads and writes it (docs/guides/api.md "Input rules").
 
     PUT replaces: an omitted optional field goes back to its default. PATCH
     changes only the fields it sends.

@@ -1,4 +1,5 @@
-"""The jobs API (README "The REST API"): CRUD, the job verbs, previews, events, runs.
+"""The jobs API (docs/guides/api.md; each endpoint in docs/reference/api.md "Jobs"):
+CRUD, the job verbs, previews, events, runs.
 
 Every endpoint finds its job through ``Job.objects.for_owner``: another owner's
 job is the same 404 as one that never existed. Every write locks the job row

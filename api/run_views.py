@@ -2,7 +2,7 @@
 
 Pull workers get the very leases the internal workers get: claim and heartbeat
 call ``runs.leases`` with ``target_kind="pull"``, and complete calls
-``runs.outcomes``, so the fencing of README "What it guarantees" (lease owner and attempt
+``runs.outcomes``, so the fencing of docs/design/guarantees.md "Fencing" (lease owner and attempt
 must match) and the retry rule (``runs.after_attempt``) are the same code. The
 lease owner is ``pull:<owner id>:<worker name>``: two owners who name their
 workers alike still hold different leases.

@@ -1,4 +1,4 @@
-"""Bodies of the token endpoints (README "Owners and access")."""
+"""Bodies of the token endpoints (docs/guides/owners.md "Owners and access")."""
 
 from __future__ import annotations
 

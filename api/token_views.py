@@ -1,4 +1,4 @@
-"""The caller's own API token: read, rotate, revoke (README "Owners and access").
+"""The caller's own API token: read, rotate, revoke (docs/guides/owners.md "Owners and access").
 
 There is no token id in these URLs: each call acts on the caller's token
 only, so no owner can reach another's.

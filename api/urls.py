@@ -1,4 +1,4 @@
-"""The REST API under /api/v1/ (README "The REST API").
+"""The REST API under /api/v1/ (docs/guides/api.md; each endpoint in docs/reference/api.md).
 
 Included by scheduler_site/urls.py. Health is not API: it lives in
 scheduler_site/ops_urls.py, unauthenticated.

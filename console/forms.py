@@ -1,9 +1,9 @@
-"""The admin's job form: the rules of README "Input rules", field by field.
+"""The admin's job form: the rules of docs/guides/api.md "Input rules", field by field.
 
 Schedules are checked by ``jobs.schedules`` (the same validators the API and
 the dispatcher rely on) and webhook URLs by ``jobs.targets.check_url``
-(the outbound-address rules of README "Security"), so the admin accepts exactly what the rest
-of Punctual accepts, with the error next to the field.
+(the outbound-address rules of docs/security.md "Outbound address guard"), so the admin
+accepts exactly what the rest of Punctual accepts, with the error next to the field.
 """
 
 from __future__ import annotations
@@ -279,7 +279,7 @@ class JobForm(forms.ModelForm):
 
     class Media:
         # The live schedule preview and the policy rows that depend on each
-        # other (README "The admin").
+        # other (docs/guides/owners.md "The admin").
         js = ["punctual/job_form.js"]
         css = {"all": ["punctual/job_form.css"]}
 

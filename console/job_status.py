@@ -1,4 +1,4 @@
-"""The status header at the top of a job's admin page (README "The admin").
+"""The status header at the top of a job's admin page (docs/guides/owners.md "The admin").
 
 What an owner needs first: whether the job fires, and if not, who or what
 stopped it and until when; its last runs as a strip of squares; and its last

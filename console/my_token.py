@@ -1,7 +1,7 @@
 """The admin's "My API token" page (``/admin/token/``): any signed-in owner
 sees their token's prefix, creation, expiry and last use, and rotates it
 (the new key shown once, on the answer to the rotation) or revokes it, each
-after a confirmation step. README "Owners and access".
+after a confirmation step. docs/guides/owners.md "Owners and access".
 """
 
 from __future__ import annotations

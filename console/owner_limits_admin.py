@@ -1,4 +1,4 @@
-"""The owner limits admin (README "Owner limits"): superusers only.
+"""The owner limits admin (docs/guides/owners.md "Owner limits"): superusers only.
 
 Owners, and staff who are not superusers, neither see nor change these rows,
 whatever permissions their groups hold: an owner's limits are the

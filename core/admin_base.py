@@ -1,12 +1,12 @@
 """What every Punctual model admin shares (the site itself is scheduler_site/admin_site.py).
 
-The admin is the job owner's main screen (README "The REST API" "The admin"). Owners
+The admin is the job owner's main screen (docs/guides/owners.md "The admin"). Owners
 are staff users in the "Job owners" group (jobs/migrations/0002_job_owners_group):
 they see and change only their own jobs, runs and events, and another owner's
 object is *not found*, answered with a 404 like the API, whatever the URL.
 
 Every list refuses a bad query with a 4xx page that names the problem, never
-a 500 (README "Input rules"): :class:`RefusingListAdmin`, which the site adds to
+a 500 (docs/guides/api.md "Input rules"): :class:`RefusingListAdmin`, which the site adds to
 every model admin it registers, Django's and DRF's included.
 """
 

@@ -45,8 +45,8 @@ class ApiViewMixin(_MixinBase):
 
     def permission_denied(self, request: Request, message=None, code=None) -> NoReturn:
         # DRF checks permissions before throttles, so an anonymous caller's 401
-        # would never be counted: count it first (README "Rate limits"). A
-        # refused token was counted by the authentication class already.
+        # would never be counted: count it first (docs/guides/api.md "Rate limits").
+        # A refused token was counted by the authentication class already.
         if request.authenticators and not request.successful_authenticator:
             self.check_throttles(request)
         super().permission_denied(request, message, code)

@@ -2,8 +2,8 @@
 list body, a bulk create, the item's index first: ``{"3": {"field": [...]}}``),
 and a JSON ``{"detail": "..."}`` body for every other error, never an HTML page.
 
-README "What it guarantees": bad input gets a 4xx that names the field, never a 500. The
-serializers catch what they can; this handler turns the validation-like
+docs/guides/api.md "Input rules": bad input gets a 4xx that names the field, never a 500.
+The serializers catch what they can; this handler turns the validation-like
 errors that escape from deeper down (a model's ``ValidationError``, a
 ``ScheduleError``, a unique constraint hit by a race) into 4xx answers too.
 """
@@ -31,7 +31,7 @@ from core.errors import LimitExceeded, UserFacingError
 log = logging.getLogger("punctual.api")
 
 # One body for every 404, so that another owner's object and an id that never
-# existed cannot be told apart (README "The REST API": "never 403").
+# existed cannot be told apart (docs/guides/owners.md "Owners and access": "never 403").
 NOT_FOUND_DETAIL = "Not found."
 
 
@@ -97,7 +97,7 @@ def exception_handler(exc, context):
 
 
 def over_limit(exc: LimitExceeded) -> Response:
-    """An owner's limit refused the request (README "Owner limits"): 429 with
+    """An owner's limit refused the request (docs/guides/owners.md "Owner limits"): 429 with
     ``Retry-After`` when waiting frees room, 403 when it does not; the body
     names the limit."""
     set_rollback()

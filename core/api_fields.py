@@ -3,7 +3,7 @@
 DRF's stock fields coerce: ``IntegerField`` takes ``"60"`` and ``60.0``,
 ``BooleanField`` takes ``"yes"`` and ``1``, ``CharField`` turns ``123`` into
 ``"123"``, and a serializer ignores keys it does not know. For an API whose
-contract is the README's "Input rules", each of those hides a client bug, so here
+contract is docs/guides/api.md "Input rules", each of those hides a client bug, so here
 a value has exactly the JSON type the table says, and an unknown or read-only
 key is a 400 that names it.
 """

@@ -1,4 +1,5 @@
-"""The API's only request parser: strict JSON (README "What it guarantees", "no 500 on any input").
+"""The API's only request parser: strict JSON, no 500 on any input (docs/guides/api.md
+"Input rules").
 
 DRF's stock ``JSONParser`` hands the stream to ``json.load``: it accepts
 ``NaN`` and ``Infinity`` (not JSON, and PostgreSQL's jsonb refuses them), lone

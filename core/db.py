@@ -1,8 +1,9 @@
 """Small helpers around the database connection that every app uses.
 
-Punctual's rule (README "What it guarantees"): whether a fire is due and whether a lease
-has expired is decided by the database clock. ``db_now()`` reads it; tests and
-benchmarks may pass an explicit time to the functions that take ``now=``.
+Punctual's rule (docs/design/guarantees.md "Database time"): whether a fire is
+due and whether a lease has expired is decided by the database clock.
+``db_now()`` reads it; tests and benchmarks may pass an explicit time to the
+functions that take ``now=``.
 
 The hot paths use raw SQL (``dispatch/queries.py``, ``runs/leases.py``,
 ``runs/outcomes.py``). They read rows by column name through ``dict_cursor()``.
@@ -149,7 +150,7 @@ def bound_cursor(
     PostgreSQL may keep one generic plan, made without the values, for all
     of them. Behind a transaction pooler nothing is prepared, ``prepare`` or
     not (``PUNCTUAL_TRANSACTION_POOLER`` sets psycopg's ``prepare_threshold``
-    to None: README "Connection poolers").
+    to None: docs/operating/poolers.md).
 
     Its ``timestamptz`` values are read by psycopg's own loader, which is C.
     Django's connection reads them with a Python subclass of it (to attach

@@ -59,7 +59,8 @@ class LookaheadPaginator(Paginator):
 
 
 class ApiCursor(CursorPagination):
-    """The API lists' cursor pagination (README "Lists"); subclasses set ``ordering``.
+    """The API lists' cursor pagination (docs/guides/api.md "Lists"); subclasses set
+    ``ordering``.
 
     A cursor, not a page number: no COUNT(*) over a big table, and rows
     arriving at the top do not shift the pages being read. DRF quietly

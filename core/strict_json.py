@@ -1,4 +1,5 @@
-"""Strict JSON: the rules every JSON value from outside must pass (README "Input rules").
+"""Strict JSON: the rules every JSON value from outside must pass
+(docs/guides/api.md "Input rules").
 
 Python's ``json`` module accepts more than PostgreSQL's jsonb can store or the
 rest of Punctual can handle: ``NaN`` and ``Infinity`` (not JSON; jsonb refuses

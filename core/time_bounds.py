@@ -1,4 +1,4 @@
-"""The datetimes every way in accepts (README "Input rules"): 1970 to 9000, in UTC.
+"""The datetimes every way in accepts: 1970 to 9000, in UTC (docs/guides/api.md "Input rules").
 
 The dispatcher and workers add intervals, jitter and leases to stored times,
 and must never overflow year 9999; times before 1970 are typos. The API's

@@ -1,5 +1,6 @@
-"""What a web request gets while the database cannot be reached (README
-"High availability"): 503 with ``Retry-After``, not a 500.
+"""What a web request gets while the database cannot be reached
+(docs/operating/high-availability.md "What clients see meanwhile"): 503 with
+``Retry-After``, not a 500.
 
 During a failover, a PostgreSQL restart or a cut network, every statement
 fails with ``OperationalError`` until a server accepts writes again. That is

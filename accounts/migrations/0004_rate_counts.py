@@ -8,8 +8,8 @@ UNLOGGED means a crash empties the table, and a promoted standby starts
 with it empty: every client then starts a fresh window, which is all the
 table holds.
 
-The old cache table stays: during a rolling upgrade (README "Upgrades and
-migrations") the web processes of the previous version still count in it
+The old cache table stays: during a rolling upgrade
+(docs/operating/upgrades.md) the web processes of the previous version still count in it
 until they are restarted, and this migration must not break them. Nothing
 reads it any more; a later release drops it.
 """
