@@ -1,4 +1,4 @@
-"""The dispatcher: turns due fires into runs (README "Operating it": ``dispatch``).
+"""The dispatcher: turns due fires into runs (``dispatch``, docs/operating/processes.md).
 
 ``Dispatcher.tick()`` does one batch in one transaction:
 

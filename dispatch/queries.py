@@ -151,7 +151,7 @@ OVERLAP_SKIPS = """
 # then walked past all of them (one overlap probe per partition each) to
 # find its batch, every tick, before the planned path took them one by one
 # in Python. That was the extra work that made an overloaded install deliver
-# less than its peak (README "Benchmarks": overload).
+# less than its peak (docs/benchmarks.md "Overload, and what is not yet shown").
 #
 # Two statements, set-based, because run ids are uuid5 of the fire
 # (runs/identity.py) and PostgreSQL cannot hash them without extensions:

@@ -1,4 +1,4 @@
-"""When an idle worker claims again (README "Wake-ups").
+"""When an idle worker claims again (docs/operating/processes.md "Wake-ups").
 
 A worker whose last claim came back short has nothing to do until a run
 becomes claimable. Polling the claim query for that costs every idle worker

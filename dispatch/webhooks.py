@@ -1,7 +1,7 @@
 """The only outbound HTTP in Punctual: signing, the address guard, limits, errors.
 
-Everything a receiver sees is built here (README "The REST API" "Webhook delivery"). The
-rules about where Punctual may connect (README "Security" "Outbound addresses") are
+Everything a receiver sees is built here (docs/guides/receiver.md "The request"). The
+rules about where Punctual may connect (docs/security.md "Outbound address guard") are
 jobs/targets.py; this module applies them again at delivery time. It imports no
 Django, so the worker and the unit tests share the same code.
 

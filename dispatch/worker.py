@@ -1,6 +1,6 @@
 """The delivery engine behind ``manage.py work``.
 
-README "What it guarantees": one identity per fire, leases, fencing.
+docs/design/guarantees.md: one identity per fire, leases, fencing.
 
 One asyncio event loop keeps up to ``concurrency`` webhook deliveries in
 flight through one aiohttp session: thousands of slow receivers cost sockets,
@@ -160,7 +160,7 @@ class Worker:
         owner_share: float | None = None,
     ) -> None:
         self.concurrency = concurrency
-        # The most runs of one owner in flight here at once (README "Claims"):
+        # The most runs of one owner in flight here at once (docs/design/claims.md):
         # one owner's slow receivers hold at most this many slots, and the
         # rest stay free for everyone else's fires.
         share = settings.PUNCTUAL_OWNER_SHARE if owner_share is None else owner_share
@@ -399,7 +399,8 @@ class Worker:
         not answer): from its expiry on, another worker may claim the run and
         deliver it, so a delivery still in flight is abandoned now. A finished
         one stays held: its result is written when the database answers, and
-        applied if nobody took the run over (README "What it guarantees")."""
+        applied if nobody took the run over (docs/operating/deployment.md
+        "Across a partition")."""
         held = self.held.get(key)
         if held is None or held.task is None or held.task.done():
             return

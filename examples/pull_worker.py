@@ -5,7 +5,8 @@
     python examples/pull_worker.py --url ... --token KEY --job JOB_ID --concurrency 4
 
 Standard library only: copy this file next to your code and replace
-``handle()`` with your work. It follows README "Writing a pull worker":
+``handle()`` with your work. It follows docs/guides/pull-worker.md
+"What a pull worker should do":
 
 - each thread claims one run at a time (``--job`` limits it to one job);
 - while ``handle()`` works, a heartbeat every third of the lease keeps the

@@ -1,5 +1,5 @@
 """What an audit event (``JobEvent.changes``) records about a job's fields
-(README "Audit events").
+(docs/guides/api.md "Audit events").
 
 An edit records only the fields it changed, as ``{field: [old, new]}``; a
 create records the values the job started with, as ``{field: value}``. The

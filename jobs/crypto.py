@@ -1,4 +1,4 @@
-"""Webhook secrets: generation, and encryption at rest (README "Security").
+"""Webhook secrets: generation, and encryption at rest (docs/security.md "Secrets at rest").
 
 Secrets are stored encrypted with Fernet. The keys come from
 ``PUNCTUAL_ENCRYPTION_KEYS`` (comma-separated, newest first, so keys can be

@@ -131,7 +131,7 @@ def moment(when: dt.datetime, zone: str, now: dt.datetime) -> str:
     return f"{text} UTC ({', '.join(around)})"
 
 
-# An audit event's action in words (README "Audit events" lists them).
+# An audit event's action in words (docs/guides/api.md "Audit events" lists them).
 EVENT_ACTIONS = {
     "created": "Created",
     "updated": "Edited",

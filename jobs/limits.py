@@ -1,4 +1,4 @@
-"""The limits of a job's fields (README "Input rules"), in one table.
+"""The limits of a job's fields (docs/guides/api.md "Input rules"), in one table.
 
 The model's validators, the admin form and the API serializer all read their
 bounds from here, and both judge a payload with :func:`payload_problem`, so
@@ -7,9 +7,9 @@ tests/integration/test_job_limits.py walks every boundary through
 both. The schedule's own limits stay with the schedule rules
 (``jobs.schedules``) and are only listed here.
 
-The per-owner limits (README "Owner limits") are listed here too, with their
-settings and the range a setting or an owner's override may take; the
-decisions and the refusals are in ``jobs.quotas``.
+The per-owner limits (docs/guides/owners.md "Owner limits") are listed here
+too, with their settings and the range a setting or an owner's override may
+take; the decisions and the refusals are in ``jobs.quotas``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Jobs: what to run, when, and where to deliver it (README "Input rules").
+"""Jobs: what to run, when, and where to deliver it (docs/guides/api.md "Input rules").
 
 The schedule math lives in ``jobs.schedules`` (pure); this module holds the
 rows and the domain verbs that touch only the job: reschedule, rotate_secret.
@@ -95,7 +95,7 @@ class JobQuerySet(models.QuerySet["Job"]):
 class PayloadField(models.JSONField):
     """A job's payload: read back at any depth (``strict_json.loads_stored``).
 
-    New payloads are at most a few levels deep (README "Input rules"); one
+    New payloads are at most a few levels deep (docs/guides/api.md "Input rules"); one
     stored before that rule may be deeper than ``json.loads`` reads from a
     deep stack, and its job's pages must still open.
     """
@@ -174,7 +174,8 @@ class Job(models.Model):
     resume_at = models.DateTimeField(null=True, blank=True)
     consecutive_failures = models.PositiveIntegerField(default=0)
     next_fire_at = models.DateTimeField(null=True, blank=True)
-    # Fires past the recorded cap of a recovery (README "Design choices"):
+    # Fires past the recorded cap of a recovery (docs/concepts/misfire-and-overlap.md
+    # "Misfires"):
     # counted, never listed. ``missed_since`` is the earliest of them.
     missed_count = models.PositiveBigIntegerField(default=0, db_default=0, editable=False)
     missed_since = models.DateTimeField(null=True, blank=True, editable=False)
@@ -565,9 +566,9 @@ def _override(name: str, label: str, help_text: str) -> models.PositiveIntegerFi
 
 
 class OwnerLimits(models.Model):
-    """One owner's own limits, where they differ from the defaults (README
-    "Owner limits"). Only superusers see or change these rows (console/owner_limits_admin.py);
-    jobs/quotas.py reads them."""
+    """One owner's own limits, where they differ from the defaults
+    (docs/guides/owners.md "Owner limits"). Only superusers see or change these
+    rows (console/owner_limits_admin.py); jobs/quotas.py reads them."""
 
     owner = models.OneToOneField(
         settings.AUTH_USER_MODEL,

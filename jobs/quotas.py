@@ -1,6 +1,6 @@
-"""Per-owner limits (README "Owner limits"): how many live jobs an owner may
-have, how short an interval, how many runs their backfills may create in an
-hour, and how often each of their jobs may be triggered in a minute.
+"""Per-owner limits (docs/guides/owners.md "Owner limits"): how many live jobs
+an owner may have, how short an interval, how many runs their backfills may
+create in an hour, and how often each of their jobs may be triggered in a minute.
 
 Every decision and every refusal's wording is here, so the API and the admin
 refuse the same request with the same text. A refusal raises

@@ -1,4 +1,5 @@
-"""Where a webhook may point: the outbound-address rules (README "Security").
+"""Where a webhook may point: the outbound-address rules (docs/security.md "Outbound
+address guard").
 
 One set of rules for both moments a URL is judged: when a job is saved (the
 API's serializer and the admin's form call ``check_url``) and when it is

@@ -1,11 +1,11 @@
 """The fire auditor: proof that nothing was lost, doubled or left stuck.
 
-README "What it guarantees" promises one run per fire, one identity per fire,
+docs/design/guarantees.md promises one run per fire, one identity per fire,
 no stuck runs and no silent gaps. ``audit()`` checks those promises against
 the database, and optionally against what a receiver actually got, trusting
 neither the job row's ``next_fire_at`` nor any application clock. The fault
 suite (tests/processes/faults/) ends every scenario with it, and operators run
-it as ``manage.py audit_fires``. README "The auditor" states what it proves.
+it as ``manage.py audit_fires``. docs/operating/auditor.md states what it proves.
 
 Its inputs, all read in database time:
 

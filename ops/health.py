@@ -1,4 +1,4 @@
-"""``GET /api/v1/health/``: is the scheduler keeping time? (README "The REST API")
+"""``GET /api/v1/health/``: is the scheduler keeping time? (docs/operating/health.md)
 
 No authentication: load balancers, uptime checks and on-call scripts call it.
 It answers 200 when all is well, and 503 with ``"status": "degraded"`` and a

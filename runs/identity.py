@@ -17,8 +17,9 @@ version 5 (RFC 9562: SHA-1 of a namespace and a name) of what the fire *is*:
 ``<job id>`` is the lowercase hyphenated form; ``<scheduled_at>`` is the
 instant in UTC, ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (always six fraction digits,
 a literal ``Z``), which is exactly what PostgreSQL stores (microseconds), so
-the same fire gives the same name whichever path made it. README "Writing a
-receiver" publishes this derivation: a receiver can recompute it.
+the same fire gives the same name whichever path made it. This derivation is
+published (docs/concepts/run-id.md "Derived from the fire"): a receiver can
+recompute it.
 
 PostgreSQL has no SHA-1 UUID function without extensions, so ids are made
 here. The dispatcher's fast path names thousands of fires per second: it lets

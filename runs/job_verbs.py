@@ -60,7 +60,8 @@ DELETE_FIELDS = frozenset({"deleted_at", "next_fire_at"})
 def settle_due_fires(current: Job, now: dt.datetime, *, stopping: str | None = None) -> int:
     """Plan the fires that are due (``next_fire_at <= now``) but that no
     dispatcher has reached yet, so that a pause, a delete or an edit that
-    commits while fires are due never drops them (README "Design choices").
+    commits while fires are due never drops them (docs/concepts/pause-and-resume.md
+    "Owner actions while fires are due").
 
     ``current`` is the job's locked row. Its due fires are planned as the
     dispatcher would plan them (runs/planning.py). When the job is stopping

@@ -1,5 +1,5 @@
 """Leases: claim, heartbeat and release runs as guarded, set-based updates
-(README "What it guarantees": fencing; every state change a guarded, batched update).
+(docs/design/guarantees.md "Fencing"; every state change a guarded, batched update).
 
 Every statement here works on a batch and commits once. A lease is the triple
 ``(state = 'running', lease_owner, attempt)``: every write to a held run is
@@ -341,7 +341,7 @@ FAIR_CLAIM = (
 
 # Worker claim loop, every OWNERS_EVERY seconds: whether more than one owner
 # has live webhook jobs. Only then does a worker cap what one owner holds in
-# flight (README "Claims"); an install with one owner uses every slot.
+# flight (docs/design/claims.md); an install with one owner uses every slot.
 SEVERAL_OWNERS = (
     """
     SELECT count(*) > 1 AS several FROM (
@@ -539,7 +539,7 @@ def claim(
     ``owner_cap`` is the most runs of one owner the caller may hold in flight
     at once, and ``held`` how many of each owner's it holds now: a waiting run
     of an owner at its cap is left for later, so that one owner's slow
-    deliveries never fill every slot (README "Claims").
+    deliveries never fill every slot (docs/design/claims.md).
     """
     scope = CLAIM_SCOPE["any owner"]
     if job_owner_id is not None:

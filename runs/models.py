@@ -1,4 +1,5 @@
-"""Runs (one row per fire) and their attempts (README "Input rules", "Run").
+"""Runs (one row per fire) and their attempts (docs/concepts/runs-and-retries.md; their
+fields: docs/reference/api.md "Run").
 
 A run's id is the fire's identity: every delivery attempt carries it as
 ``webhook-id`` and ``Idempotency-Key``, and every path that inserts runs
@@ -116,8 +117,9 @@ RUN_COLUMNS_SQL = ", ".join(RUN_COLUMNS)
 
 
 # A run is late when it started this long after its scheduled time, or is
-# still waiting this long after it became available. Jitter is part of the lag
-# by definition (README "Input rules": first attempt's start minus scheduled_at).
+# still waiting this long after it became available (docs/guides/api.md "Lists").
+# Jitter is part of the lag by definition, the first attempt's start minus
+# scheduled_at (docs/concepts/schedules.md "Jitter").
 LATE_AFTER = dt.timedelta(seconds=5)
 
 
@@ -308,8 +310,8 @@ class Run(models.Model):
     class Meta:
         ordering = ["-scheduled_at"]
         constraints = [
-            # One fire, one run (README "What it guarantees"): a second dispatcher's insert
-            # of the same fire becomes ON CONFLICT DO NOTHING.
+            # One fire, one run (docs/design/guarantees.md "One fire, one run"): a
+            # second dispatcher's insert of the same fire becomes ON CONFLICT DO NOTHING.
             # It includes scheduled_at, the partition key (runs/partitions.py),
             # so it holds across the daily partitions.
             models.UniqueConstraint(fields=["job", "scheduled_at"], name="run_one_per_fire"),

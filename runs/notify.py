@@ -1,4 +1,4 @@
-"""Wake idle workers when runs become claimable (README "Wake-ups").
+"""Wake idle workers when runs become claimable (docs/operating/processes.md "Wake-ups").
 
 An idle ``manage.py work`` process waits on ``LISTEN punctual_runs``
 (dispatch/wakeup.py) instead of polling the claim query. Whatever makes a

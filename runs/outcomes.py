@@ -1,5 +1,6 @@
 """Outcomes: write how attempts ended, as guarded, set-based updates
-(README "What it guarantees" and "Design choices": retries; guarded, batched updates).
+(docs/design/guarantees.md "Fencing", docs/concepts/runs-and-retries.md "Retries";
+guarded, batched updates).
 
 ``complete()`` writes a batch of attempt outcomes (decided by
 ``runs/after_attempt.py``) in one transaction, fenced on the lease the

@@ -3,7 +3,7 @@
 No database and no clock here: the dispatcher passes the job's row, the
 database's ``now`` and how many runs of the job are running and waiting, and gets back the
 rows to insert and the job's next fire. ``tests/unit/test_planning.py`` pins the
-misfire and overlap rules of README "Design choices" case by case.
+misfire and overlap rules of docs/concepts/misfire-and-overlap.md case by case.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from dataclasses import dataclass, field, fields
 
 from jobs.schedules import Schedule
 
-# README "Design choices": at most 100 missed rows per job per recovery; any beyond are
-# only counted (on the job: missed_count, missed_since), never an uncapped burst of rows.
+# docs/concepts/misfire-and-overlap.md "Misfires": at most 100 missed rows per job per
+# recovery; any beyond are only counted (on the job: missed_count, missed_since),
+# never an uncapped burst of rows.
 MAX_MISSED_ROWS = 100
 
 SCHEDULED, CATCH_UP = "scheduled", "catch_up"
@@ -81,8 +82,8 @@ class Plan:
 
 
 def overlap_skips(policy: str, running: int, waiting: int) -> bool:
-    """The overlap rule (README "Design choices"): is a fire skipped, given the
-    job's runs ``running`` and ``waiting`` (pending or retrying)?
+    """The overlap rule (docs/concepts/misfire-and-overlap.md "Overlap"): is a fire
+    skipped, given the job's runs ``running`` and ``waiting`` (pending or retrying)?
 
     - ``skip``: while any run of the job is running or waiting;
     - ``queue``: while a run is already waiting (at most one waits, whether

@@ -4,7 +4,7 @@ Everything here is pure. The caller passes the current time (``now``) and a
 ``random.Random``, so the worker can use the database clock and tests can pin
 both. No ORM, no network, no clock reads.
 
-The rules are README "Design choices" "Retries":
+The rules are docs/concepts/runs-and-retries.md "Retries":
 
 - retryable: connection errors, timeouts, 408, 425, 429 and 5xx;
 - not retryable: any other 4xx, and 3xx (redirects are never followed);

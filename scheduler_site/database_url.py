@@ -1,8 +1,8 @@
 """``DATABASE_URL`` to Django's database settings, including libpq's multi-host form.
 
 A highly available PostgreSQL has a primary and one or more standbys, and the
-primary can move (README "High availability"). libpq finds the current
-primary itself when it is given every host and told what to look for::
+primary can move (docs/operating/high-availability.md). libpq finds the
+current primary itself when it is given every host and told what to look for::
 
     postgresql://punctual@db1:5432,db2:5432/punctual?target_session_attrs=read-write
     postgres://postgres@%2Fsrv%2Fpg1,%2Fsrv%2Fpg2/punctual?target_session_attrs=read-write

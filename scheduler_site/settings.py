@@ -1,6 +1,7 @@
 """Punctual settings. Every knob comes from the environment through django-environ.
 
-See the configuration table in README.md. Settings hold wiring only: no logic.
+See the configuration table in docs/operating/configuration.md. Settings hold
+wiring only: no logic.
 """
 
 from __future__ import annotations
@@ -61,9 +62,9 @@ SECRET_KEY: str = _secret_key or _DEV_SECRET_KEY
 ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 
 # Webhooks may target loopback and private addresses only when this is true
-# (development, tests). It lifts the address rule of README "Security" and
-# nothing else. Demo mode (PUNCTUAL_DEMO) narrows it to loopback addresses
-# (jobs/targets.py configured_rule).
+# (development, tests). It lifts the address rule of docs/security.md
+# "Outbound address guard" and nothing else. Demo mode (PUNCTUAL_DEMO) narrows
+# it to loopback addresses (jobs/targets.py configured_rule).
 PUNCTUAL_ALLOW_PRIVATE_TARGETS = env("PUNCTUAL_ALLOW_PRIVATE_TARGETS")
 PUNCTUAL_RUN_RETENTION_DAYS = env("PUNCTUAL_RUN_RETENTION_DAYS")
 # Audit events (jobs.JobEvent) older than this are deleted by the same
@@ -85,7 +86,7 @@ if not 0.01 <= PUNCTUAL_POLL_SECONDS <= 3600:
 
 
 def _limit(name: str) -> int:
-    """An owner limit's default, or the payload limit (README "Owner limits"),
+    """An owner limit's default, or the payload limit (docs/guides/owners.md "Owner limits"),
     within the range jobs/limits.py gives it."""
     default, bounds = LIMIT_SETTINGS[name]
     value = env.int(name, default=default)
@@ -198,7 +199,7 @@ WSGI_APPLICATION = "scheduler_site.wsgi.application"
 # embedded server in var/pg/ (scheduler_site/localdb.py; `make run` starts it).
 DATABASE_URL = env.str("DATABASE_URL", default="") or localdb.database_url(BASE_DIR / "var" / "pg")
 # Several hosts (a primary and its standbys) are libpq's multi-host form:
-# scheduler_site/database_url.py, README "High availability".
+# scheduler_site/database_url.py, docs/operating/high-availability.md.
 DATABASES = {"default": database_settings(DATABASE_URL)}
 # Web processes keep their connection between requests; the loops hold one
 # persistent connection of their own.
@@ -206,7 +207,7 @@ DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 # DATABASE_URL leads to a transaction pooler (PgBouncer pool_mode=transaction,
-# README "Connection poolers"): each transaction may run on another server
+# docs/operating/poolers.md): each transaction may run on another server
 # connection, so nothing may outlive a transaction on the server.
 PUNCTUAL_TRANSACTION_POOLER = env("PUNCTUAL_TRANSACTION_POOLER")
 # libpq's startup option that turns JIT off for a connection's session.
@@ -227,10 +228,10 @@ else:
     # does, so the number itself decides nothing.
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 5
     # No statement of Punctual's is worth JIT-compiling (core/db.py NO_JIT,
-    # README "Supported servers"): a direct connection turns it off for its
-    # whole session, at no cost per transaction. Behind a transaction pooler
-    # a session setting cannot be relied on, so every hot transaction sets
-    # it itself there (core/db.py hot_transaction).
+    # docs/operating/database.md "Supported servers"): a direct connection
+    # turns it off for its whole session, at no cost per transaction. Behind a
+    # transaction pooler a session setting cannot be relied on, so every hot
+    # transaction sets it itself there (core/db.py hot_transaction).
     _options = DATABASES["default"]["OPTIONS"]
     if JIT_OFF_OPTION not in _options.get("options", ""):
         _options["options"] = f"{_options.get('options', '')} {JIT_OFF_OPTION}".strip()
@@ -259,7 +260,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
-# -- Sign-in limits (django-axes; README "Security") ----------------------------
+# -- Sign-in limits (django-axes; docs/security.md "Sign-in limits") ------------
 # Axes' backend comes first, so a locked-out attempt is refused before the
 # password backend hashes anything. Failures are counted in the database, so
 # every gunicorn process on every host sees the same counts; by user name and,
@@ -293,7 +294,7 @@ AXES_DISABLE_ACCESS_LOG = True
 # No "AXES: BEGIN" line at the start of every process.
 AXES_VERBOSE = False
 
-# -- HTTPS and proxies (README "Deploying behind a TLS proxy") ------------------
+# -- HTTPS and proxies (docs/operating/tls-proxy.md) ----------------------------
 # How many reverse proxies stand between clients and gunicorn. 0: the
 # X-Forwarded-* headers are the client's own words and are ignored.
 PUNCTUAL_TRUSTED_PROXIES = env("PUNCTUAL_TRUSTED_PROXIES")

@@ -1,5 +1,5 @@
 """Sign-in attempt limits: how django-axes sees the client, and what a
-locked-out client sees (README "Security").
+locked-out client sees (docs/security.md "Sign-in limits").
 
 Axes counts failed sign-ins in the database by user name and, separately, by
 client address; at ``PUNCTUAL_LOGIN_FAILURE_LIMIT`` failures within the
@@ -64,7 +64,7 @@ def locked_out(
     return response.render()
 
 
-# One sign-in checked at a time in each web process (README "Sign-in limits").
+# One sign-in checked at a time in each web process (docs/security.md "Sign-in limits").
 _checking = threading.Lock()
 BUSY_RETRY_AFTER = 1
 

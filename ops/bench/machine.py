@@ -23,7 +23,7 @@ def cpu_model() -> str:
 def machine() -> dict:
     """Where a figure holds: the machine (its CPU model and cores) and the
     server (its version, whether it can JIT-compile, and the jit setting of
-    Punctual's sessions: docs/operating/database.md, "Supported servers")."""
+    Punctual's sessions: docs/operating/database.md "Supported servers")."""
     with connection.cursor() as cur:
         cur.execute("SELECT current_setting('server_version'), current_setting('jit')")
         pg, jit = cur.fetchone()

@@ -17,7 +17,7 @@ BENCH_OWNER = "punctual-bench"
 
 
 def bench_owner():
-    """The owner of every bench job. Its limits (docs/guides/owners.md,
+    """The owner of every bench job. Its limits (docs/guides/owners.md
     "Owner limits") are the highest an override takes: the bench creates
     thousands of jobs and triggers one job many times a minute."""
     from jobs.models import OwnerLimits

@@ -123,8 +123,8 @@ ALTER TABLE runs_attempt ADD CONSTRAINT runs_attempt_pkey PRIMARY KEY (id, sched
 ALTER TABLE runs_attempt ADD CONSTRAINT attempt_unique_number
     UNIQUE (run_id, number, scheduled_at);
 
--- 6. At most one running run per job under skip/queue (README "The
--- database"): the rule of the former partial unique index, kept by a small
+-- 6. At most one running run per job under skip/queue (docs/design/choices.md
+-- "Runs partitioned by day"): the rule of the former partial unique index, kept by a small
 -- table with one row per job that has an exclusive run running, maintained
 -- by a trigger on every change that starts or ends one. Its primary key is
 -- the guard: a second exclusive run of a job that becomes running violates

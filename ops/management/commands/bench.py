@@ -1,4 +1,4 @@
-"""``manage.py bench``: README "Benchmarks" scenarios; one JSON object per scenario."""
+"""``manage.py bench``: the scenarios of docs/benchmarks.md; one JSON object per scenario."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ SCENARIOS = (
     "login",
     "all",
 )
-# "all" is the README's measured set; these run on their own.
+# "all" runs the other scenarios of docs/benchmarks.md in turn; these run on their own.
 ALONE = ("audit", "idle", "history", "login", "overload")
 
 
