@@ -1,5 +1,5 @@
 """A PgBouncer in transaction pooling mode in front of the test database, for
-the processes that tests start (README "Connection poolers").
+the processes that tests start (docs/operating/poolers.md).
 
 ``PUNCTUAL_TEST_POOLER=pgbouncer`` (``make test-pooler``) runs the process
 tier with every process's ``DATABASE_URL`` pointing at one PgBouncer started

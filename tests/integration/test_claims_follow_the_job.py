@@ -1,6 +1,8 @@
 """Claims follow the job as it is now: no attempt of a paused or deleted job's
-run starts, and the overlap rule is the job's current policy (README "Design
-choices": pause and delete, overlap). The races are in test_pause_races.py."""
+run starts, and the overlap rule is the job's current policy
+(docs/concepts/pause-and-resume.md "Pause and delete";
+docs/concepts/misfire-and-overlap.md "A changed overlap policy"). The races are
+in test_pause_races.py."""
 
 from __future__ import annotations
 

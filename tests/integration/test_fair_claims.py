@@ -1,5 +1,5 @@
 """Fair claims between owners, the run's copy of its owner, and spread
-backfills (README "Claims", "Backfill")."""
+backfills (docs/design/claims.md; docs/concepts/misfire-and-overlap.md "Backfills")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The audit log (README "Audit events"): an event records only the fields that
-changed, as [old, new], the payload as its size and hash, never a secret; and
-events past PUNCTUAL_EVENT_RETENTION_DAYS are pruned with the runs."""
+"""The audit log (docs/guides/api.md "Audit events"): an event records only the
+fields that changed, as [old, new], the payload as its size and hash, never a
+secret; and events past PUNCTUAL_EVENT_RETENTION_DAYS are pruned with the runs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The admin form and the API accept and refuse exactly the same job field
-values (README "Input rules"): every limit in jobs/limits.py, walked at its
+values (docs/guides/api.md "Input rules"): every limit in jobs/limits.py, walked at its
 boundaries (min - 1, min, max, max + 1; max and max + 1 for lengths and the
 payload) through both ways in. A refusal names the field and writes nothing."""
 
@@ -134,8 +134,8 @@ def test_every_limit_has_its_boundaries_walked():
 @pytest.mark.parametrize("field,value,valid", CASES, ids=[_id(c) for c in CASES])
 def test_admin_and_api_agree_at_each_boundary(field, value, valid):
     owner = make_owner("limits-owner")
-    # The field's own bounds: the owner's minimum interval (README "Owner
-    # limits", tests/integration/test_owner_limits.py) is lowered to them.
+    # The field's own bounds: the owner's minimum interval (docs/guides/owners.md
+    # "Owner limits", tests/integration/test_owner_limits.py) is lowered to them.
     OwnerLimits.objects.create(owner=owner, min_interval_seconds=RANGES["interval_seconds"].min)
     admin = Client()
     admin.force_login(owner)

@@ -1,4 +1,5 @@
-"""Claim, heartbeat, complete and release: leases and fencing (README "What it guarantees"-1.4)."""
+"""Claim, heartbeat, complete and release: leases and fencing (docs/design/guarantees.md,
+guarantees 1 to 4)."""
 
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ def test_fail_exhausted_leaves_live_leases_and_runs_with_attempts_left(owner):
     assert list(last.attempts.values_list("number", "outcome")) == [(1, "lease_expired")]
 
 
-# README "What it guarantees" (fencing): one lease rule for heartbeat and
+# docs/design/guarantees.md "Fencing": one lease rule for heartbeat and
 # completion. The run is claimed by w1 at T0 with a 5 s lease and a 30 s
 # timeout (deadline T0 + 35 s); each case is the moment w1 answers.
 LEASE_CASES = {

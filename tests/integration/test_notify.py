@@ -1,6 +1,6 @@
 """NOTIFY on ``punctual_runs`` (runs/notify.py), heard on a real LISTEN
 connection: one per transaction that made runs claimable, delivered at
-commit, none for a transaction that made none (README "Wake-ups")."""
+commit, none for a transaction that made none (docs/operating/processes.md "Wake-ups")."""
 
 from __future__ import annotations
 

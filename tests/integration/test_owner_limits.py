@@ -1,4 +1,4 @@
-"""Per-owner limits (README "Owner limits"), as a table: each limit is hit
+"""Per-owner limits (docs/guides/owners.md "Owner limits"), as a table: each limit is hit
 through the API and through the admin, refused with an error that names it,
 with the same text both ways, and nothing is written; an owner's override
 lifts it. Then the details: a bulk create is refused whole, a backfill larger

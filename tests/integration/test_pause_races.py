@@ -1,6 +1,6 @@
 """A pause or delete racing a worker, on two live connections: no attempt
 starts after the pause commits, and a completion leaves no waiting run of a
-stopped job (README "Design choices": pause and delete)."""
+stopped job (docs/concepts/pause-and-resume.md "Pause and delete")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""One fire, one identity (README "What it guarantees"): every path that
-inserts runs gives a run the uuid5 of its fire, so a fire whose row is lost
-and made again keeps the id its receivers have already seen."""
+"""One fire, one identity (docs/concepts/run-id.md "Derived from the fire"): every
+path that inserts runs gives a run the uuid5 of its fire, so a fire whose row is
+lost and made again keeps the id its receivers have already seen."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""deliver() against a real aiohttp receiver on 127.0.0.1 (README "Security").
+"""deliver() against a real aiohttp receiver on 127.0.0.1 (docs/security.md "Outbound
+address guard").
 
 No mocks of aiohttp: each test starts a real server on an ephemeral port and
 drives the client with asyncio.run(). Host names other than "localhost" are

@@ -5,7 +5,7 @@ stopped with real signals. Tests wait by polling with a deadline.
 With ``PUNCTUAL_TEST_POOLER=pgbouncer`` (``make test-pooler``) every process a
 test starts reaches the database through a PgBouncer in transaction pooling
 mode (tests/pooler.py), and its worker's LISTEN connection goes straight to
-the server, as README "Connection poolers" prescribes. A test marked
+the server, as docs/operating/poolers.md prescribes. A test marked
 ``direct_connection`` is skipped in that run, with its reason.
 """
 

@@ -1,6 +1,6 @@
 """Smoke runs of ``manage.py bench``: the JSON shape and the invariants, not speed.
 
-The figures themselves come from full runs on a quiet machine (README). The
+The figures themselves come from full runs on a quiet machine (docs/benchmarks.md). The
 checks use ``expect``, not ``assert``: ``python -O`` strips assert statements,
 and these invariants (no duplicate, nothing lost) must hold however the
 suite is run."""

@@ -1,4 +1,4 @@
-"""Real ``manage.py dispatch`` processes against PostgreSQL (README "What it guarantees")."""
+"""Real ``manage.py dispatch`` processes against PostgreSQL (docs/design/guarantees.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""One owner's flood does not delay another owner's fires (README "Claims"),
-and the health check says so while it lasts (README "Health"), with a real
-dispatcher, a real worker and a loopback receiver per owner.
+"""One owner's flood does not delay another owner's fires (docs/design/claims.md),
+and the health check says so while it lasts (docs/operating/health.md "Health: GET
+/api/v1/health/"), with a real dispatcher, a real worker and a loopback receiver per owner.
 
 Owner A has 1,500 one-second interval jobs and a 50,000-run backfill under
 ``allow``, all due at once, and A's receiver takes 5 s to answer each

@@ -1,4 +1,4 @@
-"""/api/v1/health/ against real ``manage.py dispatch`` processes (README "The REST API"):
+"""/api/v1/health/ against real ``manage.py dispatch`` processes (docs/operating/health.md):
 200 while one runs, 503 with a reason once no dispatcher has been seen for
 30 s (at once after a clean stop), 200 again after a restart. Nothing in
 production code is shortened for the test."""

@@ -1,5 +1,5 @@
 """Every Punctual process through PgBouncer in transaction pooling mode
-(README "Connection poolers"): gunicorn serving the pull API, a dispatcher
+(docs/operating/poolers.md): gunicorn serving the pull API, a dispatcher
 and a worker, each connected to the pooler only, with the worker's LISTEN
 connection straight to the server.
 

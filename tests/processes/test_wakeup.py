@@ -1,4 +1,5 @@
-"""Idle ``manage.py work`` processes wake up on NOTIFY (README "Wake-ups"):
+"""Idle ``manage.py work`` processes wake up on NOTIFY (docs/operating/processes.md
+"Wake-ups"):
 with the safety poll set to an hour, only the notification can make a
 worker claim a new run, and a worker whose LISTEN connection dies falls back
 to polling and listens again."""

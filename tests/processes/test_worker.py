@@ -1,5 +1,5 @@
 """Real ``manage.py work`` processes delivering to a real local receiver
-(README "What it guarantees", "Writing a receiver" and "Security")."""
+(docs/design/guarantees.md, docs/guides/receiver.md and docs/security.md)."""
 
 from __future__ import annotations
 
@@ -79,10 +79,12 @@ def test_sigkilled_worker_run_is_redelivered_with_the_same_id(owner, processes, 
         (1, "lease_expired", "doomed"),
         (2, "succeeded", "survivor"),
     ]
-    # README "Benchmarks": re-delivered within lease_seconds + 1 s. The product's
-    # own timestamp of the re-delivery is the survivor's claim (the database's
-    # now(), which also closes the lost attempt); the receiver's log time
-    # would add how long a busy machine takes to schedule the receiver.
+    # docs/design/guarantees.md "No stuck runs": re-delivered within
+    # lease_seconds + 1 s (a worker looks for expired leases once a second).
+    # The product's own timestamp of the re-delivery is the survivor's claim
+    # (the database's now(), which also closes the lost attempt); the
+    # receiver's log time would add how long a busy machine takes to schedule
+    # the receiver.
     assert redelivered.started_at == lost.finished_at
     assert redelivered.started_at - killed_at <= dt.timedelta(seconds=lease + 1)
 
@@ -259,8 +261,9 @@ def test_one_worker_holds_2000_slow_deliveries_in_flight(owner, processes, recei
 def test_sigterm_interrupts_a_delivery_past_the_drain_and_it_is_redelivered_with_the_same_id(
     owner, processes, receiver
 ):
-    # README "Processes and commands": SIGTERM gives the deliveries in flight
-    # --drain-seconds, not their timeout (900 s here), then releases them.
+    # docs/operating/processes.md "Processes and commands": SIGTERM gives the
+    # deliveries in flight --drain-seconds, not their timeout (900 s here), then
+    # releases them.
     job = make_job(owner, url=receiver.url("held"), timeout_seconds=900, max_attempts=3)
     run = job_verbs.trigger(job)
     first = processes.manage(

@@ -1,5 +1,5 @@
-"""What happens to a run after one attempt (README "Design choices" "Retries"): the one
-rule that the webhook worker and the pull API share. Pure, told the time."""
+"""What happens to a run after one attempt (docs/concepts/runs-and-retries.md "Retries"):
+the one rule that the webhook worker and the pull API share. Pure, told the time."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Run ids are uuid5 of the fire: the derivation README "Writing a receiver"
-publishes, pinned so that a change to it cannot pass unnoticed (it would give
-every fire a second identity across an upgrade)."""
+"""Run ids are uuid5 of the fire: the derivation docs/concepts/run-id.md
+"Derived from the fire" publishes, pinned so that a change to it cannot pass
+unnoticed (it would give every fire a second identity across an upgrade)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The misfire and overlap rules of README "Design choices", case by case (pure)."""
+"""The misfire and overlap rules of docs/concepts/misfire-and-overlap.md, case by case
+(pure)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Retry decisions (README "Design choices" "Retries"): pure, told the time, seeded randomness."""
+"""Retry decisions (docs/concepts/runs-and-retries.md "Retries"): pure, told the time,
+seeded randomness."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What a receiver gets (README "The REST API") and where Punctual may connect (README "Security").
+"""What a receiver gets (docs/guides/receiver.md "The request") and where Punctual may
+connect (docs/security.md "Outbound address guard").
 
 No network: every name resolution below goes through an injected resolver,
 except "localhost", which the OS answers from its hosts file.

@@ -28,7 +28,7 @@ def test_the_add_form_has_the_preview_box_and_serves_its_script(ann_client):
     assert f'data-url="{PREVIEW}"' in box and 'data-on-load="true"' in box
     assert re.search(r'<script src="[^"]*/punctual/job_form\.js"', page)
     body = Path(finders.find("punctual/job_form.js")).read_text()
-    # Debounced well above the API's per-owner rate (README "Rate limits").
+    # Debounced well above the API's per-owner rate (docs/guides/api.md "Rate limits").
     debounce = int(re.search(r"var DEBOUNCE_MS = (\d+);", body).group(1))
     assert debounce >= 300
     assert "X-CSRFToken" in body

@@ -1,5 +1,5 @@
 """The admin refuses what the API refuses, with the same messages, and never answers 500
-(README "Input rules").
+(docs/guides/api.md "Input rules").
 
 Three tables, each walked as a job owner and as a superuser, with DEBUG off as in
 production; the test client raises any exception a view lets out, so a 500

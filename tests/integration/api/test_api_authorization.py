@@ -1,5 +1,5 @@
-"""The authorization matrix (README "Security"): every API route that takes an
-object id, every method, three callers.
+"""The authorization matrix (docs/security.md "Tokens and access"): every API
+route that takes an object id, every method, three callers.
 
 The routes come from Django's resolver, not from a list kept by hand: a new
 route with an id that is not in MATRIX fails the first test. For each route and

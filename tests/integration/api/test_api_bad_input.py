@@ -1,4 +1,5 @@
-"""Bad input gets a 4xx that names the field, and writes nothing (README "What it guarantees").
+"""Bad input gets a 4xx that names the field, and writes nothing (docs/guides/api.md
+"Input rules").
 
 One table, every row a request that must be refused: bounds and wrong types of
 every field of the job, invalid and never-firing crons, zones, every spelling of a

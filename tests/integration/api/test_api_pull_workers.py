@@ -219,8 +219,8 @@ def _lease_case(run_id, case, api):
     ],
 )
 def test_heartbeat_and_complete_answer_by_one_lease_rule(api, owner, case, held, verb):
-    # README "Pull workers": an expired lease nobody took over is still the
-    # holder's; a takeover or the attempt deadline ends it (409).
+    # docs/guides/pull-worker.md "The protocol": an expired lease nobody took
+    # over is still the holder's; a takeover or the attempt deadline ends it (409).
     run = job_verbs.trigger(pull_job(owner))
     claim(api, worker="w1", lease_seconds=30)
     _lease_case(run.pk, case, api)

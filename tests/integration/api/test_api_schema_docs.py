@@ -16,7 +16,7 @@ INTERNAL = (
     "row lock",
     "FOR UPDATE",
     "SKIP LOCKED",
-    "README",
+    ".md",
     "queryset",
     "serializer",
     "docstring",

@@ -1,4 +1,4 @@
-"""GET /api/v1/health/ (README "The REST API"): 200 when dispatchers run and keep up,
+"""GET /api/v1/health/ (docs/operating/health.md): 200 when dispatchers run and keep up,
 503 with reasons otherwise."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``PUNCTUAL_HTTPS`` and ``PUNCTUAL_TRUSTED_PROXIES``, read from the
-environment by a fresh process as in production (README "Deploying behind a
-TLS proxy"): Django's deployment checks pass, plain HTTP is redirected except
+environment by a fresh process as in production
+(docs/operating/tls-proxy.md): Django's deployment checks pass, plain HTTP is redirected except
 for health and metrics, and X-Forwarded-Proto counts only behind a proxy."""
 
 from __future__ import annotations

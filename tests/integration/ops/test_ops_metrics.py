@@ -1,5 +1,5 @@
-"""GET /metrics (README "The REST API"): every series, with values that match the
-database."""
+"""GET /metrics (docs/operating/health.md "Metrics: GET /metrics"): every series, with
+values that match the database."""
 
 from __future__ import annotations
 

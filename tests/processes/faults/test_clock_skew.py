@@ -1,4 +1,4 @@
-"""Application clock skew (README "What it guarantees" "Database time").
+"""Application clock skew (docs/design/guarantees.md "Database time").
 
 Two dispatchers and two workers run with their wall clocks 5 minutes off, one
 pair ahead and one pair behind (libfaketime, LD_PRELOAD), sharing one queue.

@@ -1,5 +1,5 @@
 """SIGKILL of dispatchers in the middle of a batch, without and with
-``--shard`` (README "What it guarantees" and "Scaling").
+``--shard`` (docs/design/guarantees.md; docs/operating/processes.md "Scaling").
 
 150 jobs fire every second, dispatched in batches of 20 jobs per transaction.
 Two dispatchers run at once; one of them at a time (chosen by

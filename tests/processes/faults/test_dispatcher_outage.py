@@ -1,5 +1,5 @@
-"""A dispatcher outage longer than the misfire grace (README "Design choices" "Due,
-delayed, missed").
+"""A dispatcher outage longer than the misfire grace (docs/concepts/misfire-and-overlap.md
+"Misfires", "Catch-up").
 
 Jobs fire every second with a 2 s grace. The only dispatcher is SIGKILLed,
 stays down for 8 s, and comes back. Its first tick (one transaction, at the

@@ -1,4 +1,5 @@
-"""Cron jobs across daylight-saving changeovers (README, "Design choices": cron and DST).
+"""Cron jobs across daylight-saving changeovers (docs/concepts/schedules.md "Daylight saving
+(cronie's rules)").
 
 The database clock cannot be moved for one test (the server is shared, and
 production code always reads it), so the dispatcher is driven here with an

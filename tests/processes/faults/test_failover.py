@@ -1,4 +1,5 @@
-"""PostgreSQL failover under load (README "High availability", "Fault matrix").
+"""PostgreSQL failover under load (docs/operating/high-availability.md;
+docs/design/fault-matrix.md).
 
 A primary and a streaming standby of the embedded PostgreSQL run in private
 data directories; every process is given both, in ``DATABASE_URL``'s
@@ -35,7 +36,7 @@ In the pooled run (``make test-pooler``) every process reaches the pair
 through a PgBouncer in transaction mode, pointed at the primary and re-pointed
 at the promoted standby, as Patroni's ``on_role_change`` callback or a moving
 virtual IP does; only the workers' ``LISTEN`` connections and ``migrate`` use
-the pair's multi-host URL directly (README "Connection poolers").
+the pair's multi-host URL directly (docs/operating/poolers.md).
 
 Both print what they measured (``-s``, or the log of a failed test): the gap
 in deliveries, the fires made again with the same ids, the fires lost.
@@ -82,7 +83,8 @@ print("TOKEN=" + key)
 """
 # The pooler in front of the pair gives up on a server it cannot reach within
 # seconds, so that a process meets the outage and retries, instead of
-# queueing for PgBouncer's default two minutes (README "High availability").
+# queueing for PgBouncer's default two minutes (docs/operating/high-availability.md
+# "Behind PgBouncer").
 POOLER_SETTINGS = {"query_wait_timeout": "3", "server_login_retry": "1"}
 
 OUTAGE_SEEN = ("database unavailable", "wake-up connection lost")

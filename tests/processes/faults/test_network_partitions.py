@@ -1,4 +1,5 @@
-"""Network partitions between hosts (README "Fault matrix", "On several hosts").
+"""Network partitions between hosts (docs/design/fault-matrix.md;
+docs/operating/deployment.md "Across a partition").
 
 Every host is a Linux network namespace (tests/hosts.py): a database host
 running its own PostgreSQL server, two worker hosts, two dispatcher hosts and
@@ -9,8 +10,8 @@ connection is reset. The processes are the real ``manage.py dispatch`` and
 ``manage.py work``, the receiver the real loopback receiver, each started
 inside its host with ``ip netns exec``.
 
-Their ``DATABASE_URL`` carries the TCP timeouts that README "High
-availability" prescribes, scaled to the scenario's 5 s lease
+Their ``DATABASE_URL`` carries the TCP timeouts that docs/operating/deployment.md
+"Across a partition" prescribes, scaled to the scenario's 5 s lease
 (``tcp_user_timeout``, keepalives, ``connect_timeout``), and the server
 ends sessions whose client vanished (``idle_in_transaction_session_timeout``,
 its own keepalives and ``tcp_user_timeout``). Without them a statement on a

@@ -1,5 +1,5 @@
-"""Receiver faults (README "Design choices": retries; "Security"): a hang, a connection reset,
-a slow drip, a huge body, malformed HTTP and a redirect to loopback.
+"""Receiver faults (docs/concepts/runs-and-retries.md "Retries"; docs/security.md): a hang,
+a connection reset, a slow drip, a huge body, malformed HTTP and a redirect to loopback.
 
 Each job has one scheduled fire, dispatched by a real dispatcher and delivered
 by a real worker with ``timeout_seconds=2`` and ``max_attempts=2``. Each ends

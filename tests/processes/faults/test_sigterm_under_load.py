@@ -1,5 +1,6 @@
-"""SIGTERM under load: no run is lost (README "The REST API", "SIGTERM makes dispatch
-and work stop claiming new work and finish the deliveries already in flight").
+"""SIGTERM under load: no run is lost (docs/operating/processes.md "Processes and
+commands": SIGTERM makes dispatch finish its tick, and work stop claiming new work and
+finish the deliveries already in flight).
 
 Sixty jobs fire every second into a receiver that takes 1.5 s to answer, so a
 worker always has about ninety deliveries in flight. One worker after another

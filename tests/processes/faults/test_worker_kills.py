@@ -1,4 +1,4 @@
-"""SIGKILL of workers at random moments (README "What it guarantees"-1.4).
+"""SIGKILL of workers at random moments (docs/design/guarantees.md, guarantees 1 to 4).
 
 A dispatcher keeps a steady stream of fires coming (fast /ok deliveries and
 half-second /slow ones) while one worker after another is started and killed

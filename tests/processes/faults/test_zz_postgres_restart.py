@@ -1,4 +1,4 @@
-"""A PostgreSQL restart while runs are in flight (README "What it guarantees").
+"""A PostgreSQL restart while runs are in flight (docs/design/guarantees.md).
 
 Two dispatchers and two workers are busy (fast deliveries and one-second ones
 in flight) when the session's embedded PostgreSQL is stopped at once (as in a
