@@ -565,12 +565,14 @@ class SchedulePreviewView(ApiViewMixin, APIView):
         body = SchedulePreviewSerializer(data=request.data, context={"now": now})
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        schedule = Schedule(
+        # A schedule not saved with any job: it counts as a job created now
+        # would (Schedule.for_job).
+        schedule = Schedule.for_job(
             cron=data["cron"],
             interval_seconds=data["interval_seconds"],
             timezone=data["timezone"],
             start_at=data["start_at"],
-            anchor=now,
+            created_at=now,
         )
         fires = schedule.next_fires(data.get("after") or now, data["count"])
         answer = fires_response(fires, ScheduleWarnings(now)(data["cron"], data["timezone"]))

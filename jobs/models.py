@@ -185,7 +185,8 @@ class Job(models.Model):
     previous_secret_until = models.DateTimeField(null=True, blank=True, editable=False)
 
     version = models.PositiveIntegerField(default=1)
-    # Set from the database clock in save(): it is the interval anchor.
+    # Set from the database clock as the row is inserted: what an interval
+    # counts from when start_at is unset (jobs/schedules.py Schedule.for_job).
     created_at = models.DateTimeField(editable=False)
     updated_at = models.DateTimeField(auto_now=True)
     deleted_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -251,8 +252,9 @@ class Job(models.Model):
         if not self.secret_encrypted:
             self.set_secret(crypto.generate_secret())
         if self.created_at is None:
-            # The interval anchor is the creation time: take it from the
-            # database clock so next_fire_at can be computed before insert.
+            # An interval counts from the creation time (Schedule.for_job):
+            # take it from the database clock so next_fire_at can be
+            # computed before insert.
             self.created_at = now
         if self.state == JobState.ACTIVE and self.next_fire_at is None:
             self.next_fire_at = self.compute_next_fire(now)
@@ -343,12 +345,14 @@ class Job(models.Model):
 
     @property
     def schedule(self) -> Schedule:
-        return Schedule(
+        """The job's schedule, by ``Schedule.for_job``'s anchor rule (a job
+        not saved yet has no ``created_at``: the rule says what then)."""
+        return Schedule.for_job(
             cron=self.cron,
             interval_seconds=self.interval_seconds,
             timezone=self.timezone,
             start_at=self.start_at,
-            anchor=self.created_at or self.start_at,
+            created_at=self.created_at,
         )
 
     def compute_next_fire(self, after: dt.datetime) -> dt.datetime | None:
@@ -461,7 +465,8 @@ class ScheduleSpan(models.Model):
     interval_seconds = models.PositiveIntegerField(null=True, blank=True)
     timezone = models.CharField(max_length=MAX_LENGTHS["timezone"])
     start_at = models.DateTimeField(null=True, blank=True)
-    # The interval anchor (the job's created_at).
+    # The job's created_at: what its interval counts from when start_at is
+    # unset (jobs/schedules.py Schedule.for_job).
     anchor = models.DateTimeField()
     # Fires of this span past a recovery's recorded cap: counted, not listed.
     missed_count = models.PositiveBigIntegerField(default=0, db_default=0)
@@ -480,12 +485,14 @@ class ScheduleSpan(models.Model):
 
     @property
     def schedule(self) -> Schedule:
-        return Schedule(
+        """The schedule in force during this span: the job's, as its row held
+        it then (``anchor`` is the job's creation time)."""
+        return Schedule.for_job(
             cron=self.cron,
             interval_seconds=self.interval_seconds,
             timezone=self.timezone,
             start_at=self.start_at,
-            anchor=self.anchor,
+            created_at=self.anchor,
         )
 
 
