@@ -2,6 +2,8 @@
 
 The schedule math lives in ``jobs.schedules`` (pure); this module holds the
 rows and the domain verbs that touch only the job: reschedule, rotate_secret.
+Jobs are made by one verb, ``create_jobs`` (jobs/creation.py), on top of
+``Job.create_many``'s statement.
 The verbs that also create or cancel runs (pause, resume, trigger, backfill,
 soft_delete) are in runs/job_verbs.py, since jobs sits below runs. Views, the
 admin and the API call these verbs; none of them update job rows behind the
@@ -223,6 +225,10 @@ class Job(models.Model):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         if self._state.adding:
+            # The row and its first span, as create_jobs makes them, but with
+            # no "created" event and no limit: for the demo's job (made by
+            # the system) and for tests' fixtures. Owners' jobs are made by
+            # create_jobs (jobs/creation.py).
             now = db_now()  # one read of the database clock for all of it
             self._prepare_insert(now)
             with transaction.atomic():
@@ -270,7 +276,11 @@ class Job(models.Model):
         changes: list[dict],
         allowed: int | None = None,
     ) -> int | None:
-        """Insert new jobs with their first schedule span and their "created"
+        """The statement behind ``create_jobs`` (jobs/creation.py), which the
+        API and the admin call: it adds the secrets and raises the limit's
+        refusal.
+
+        Insert new jobs with their first schedule span and their "created"
         event (``changes[i]`` for ``jobs[i]``): one statement, however many
         jobs (``rows_insert``: the jobs and the events each one JSON
         parameter, far cheaper to send than ``bulk_create``'s arrays; a single
