@@ -59,9 +59,11 @@ def schedule_errors(
     interval_seconds: int | None,
     timezone: str,
     start_at,
-    anchor,
+    created_at,
 ) -> dict[str, list[str]]:
-    """Errors of a whole schedule, by field: the rules that span fields."""
+    """Errors of a whole schedule, by field: the rules that span fields.
+    ``created_at``: the job's, or for a job not made yet the time it would
+    be (now), as ``Schedule.for_job``'s anchor rule reads it."""
     if (cron is None) == (interval_seconds is None):
         message = (
             "Set exactly one of cron and interval_seconds (send null for the other one to "
@@ -69,12 +71,12 @@ def schedule_errors(
         )
         return {"cron": [message], "interval_seconds": [message]}
     try:
-        Schedule(
+        Schedule.for_job(
             cron=cron,
             interval_seconds=interval_seconds,
             timezone=timezone,
             start_at=start_at,
-            anchor=anchor,
+            created_at=created_at,
         )
     except ScheduleError as exc:
         return {"cron" if cron is not None else "interval_seconds": [str(exc)]}
@@ -298,7 +300,7 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
                     merged["interval_seconds"],
                     merged["timezone"],
                     merged["start_at"],
-                    anchor=(job.created_at if job else None) or self.context["now"],
+                    created_at=(job.created_at if job else None) or self.context["now"],
                 )
             )
         if merged["target_kind"] == TargetKind.WEBHOOK and not merged["url"]:
@@ -435,7 +437,7 @@ class SchedulePreviewSerializer(ScheduleFieldsMixin, StrictSerializer):
             attrs["interval_seconds"],
             attrs["timezone"],
             attrs["start_at"],
-            anchor=self.context["now"],
+            created_at=self.context["now"],
         )
         if errors:
             raise serializers.ValidationError(errors)

@@ -55,9 +55,10 @@ from api.run_views import FILTER_PARAMETERS, RunCursor, runs_response
 from core.api_base import ApiViewMixin, check_if_match, etag
 from core.api_errors import UnprocessableKey, error_response
 from core.api_fields import EmptySerializer
-from core.db import DB_NOW_SQL, bound_cursor, db_now, hot_statement
+from core.db import DB_NOW_SQL, bound_cursor, db_now
 from core.paginators import ApiCursor
-from jobs import changes, crypto, idempotency, quotas
+from jobs import changes, idempotency, quotas
+from jobs.creation import create_jobs
 from jobs.display import describe_schedule
 from jobs.limits import OWNER_LIMITS
 from jobs.models import Channel, Job, JobEvent, OwnerLimits
@@ -332,38 +333,24 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
     def _insert(
         self, request: Request, validated: Validated, now: dt.datetime, limits: quotas.Limits
     ) -> Created:
-        """Insert the jobs with their spans and events, if the owner's live
-        jobs limit (``limits``) has room for all of them; each with its plain
-        secret, made here rather than by the model so it can be answered once."""
+        """Create the jobs through the one create verb (jobs/creation.py): all
+        of them, with their spans and events, if the owner's live jobs limit
+        (``limits``) has room for all of them; each with its plain secret,
+        to be answered once."""
         assert request.user.is_authenticated  # IsAuthenticated, the API's default permission
-        created: Created = []
-        for attrs in validated:
-            secret = crypto.generate_secret()
-            job = Job(owner=request.user, **attrs)
-            job.set_secret(secret)
-            created.append((job, secret))
-        jobs = [job for job, _ in created]
-        initial = [changes.initial(attrs) for attrs in validated]
-        allowed = limits.jobs_per_owner
-        # One statement, atomic alone, never JIT-compiled (core/db.py NO_JIT:
-        # a bulk create's insert can cost past jit_above_cost). In autocommit
-        # on a direct connection, whose session has JIT off (no BEGIN and
-        # COMMIT round trips); behind a transaction pooler, in a transaction
-        # of its own that turns it off. Inside an outer transaction (an
-        # Idempotency-Key's), a savepoint only for a list, whose clash is
-        # named by a query below.
+        jobs = [Job(owner=request.user, **attrs) for attrs in validated]
         try:
-            with hot_statement(savepoint=len(jobs) > 1):
-                # The whole list, or none of it, decided under the owner's
-                # lock, which is held until the jobs are written.
-                live = Job.create_many(
-                    jobs,
-                    now=now,
-                    actor=request.user,
-                    channel=Channel.API,
-                    changes=initial,
-                    allowed=allowed,
-                )
+            secrets = create_jobs(
+                jobs,
+                now=now,
+                actor=request.user,
+                channel=Channel.API,
+                changes=[changes.initial(attrs) for attrs in validated],
+                limits=limits,
+                # Inside an Idempotency-Key's transaction, a savepoint only
+                # for a list, whose clash is named by a query below.
+                savepoint=len(jobs) > 1,
+            )
         except IntegrityError as exc:
             # The unique name per owner: a concurrent create took a name
             # after our check. The same 400 as the check's.
@@ -377,11 +364,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             if not clashes:
                 raise
             raise serializers.ValidationError(clashes) from None
-        assert live is not None  # create_many answers it when given ``allowed``
-        refusal = quotas.jobs_refusal(live, len(jobs), allowed)
-        if refusal is not None:
-            raise refusal
-        return created
+        return list(zip(jobs, secrets, strict=True))
 
     def update(self, request, pk=None):
         return self._update(request, partial=False)
@@ -566,12 +549,14 @@ class SchedulePreviewView(ApiViewMixin, APIView):
         body = SchedulePreviewSerializer(data=request.data, context={"now": now})
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        schedule = Schedule(
+        # A schedule not saved with any job: it counts as a job created now
+        # would (Schedule.for_job).
+        schedule = Schedule.for_job(
             cron=data["cron"],
             interval_seconds=data["interval_seconds"],
             timezone=data["timezone"],
             start_at=data["start_at"],
-            anchor=now,
+            created_at=now,
         )
         fires = schedule.next_fires(data.get("after") or now, data["count"])
         answer = fires_response(fires, ScheduleWarnings(now)(data["cron"], data["timezone"]))

@@ -345,12 +345,14 @@ class JobForm(forms.ModelForm):
             self.add_error("interval_seconds", message)
             return
         try:
-            schedules.Schedule(
+            # A new job would be created now (the anchor rule of
+            # Schedule.for_job); only whether the schedule can be built matters.
+            schedules.Schedule.for_job(
                 cron=cron,
                 interval_seconds=interval,
                 timezone=data.get("timezone") or "UTC",
                 start_at=data.get("start_at"),
-                anchor=self.instance.created_at or timezone.now(),
+                created_at=self.instance.created_at or timezone.now(),
             )
         except schedules.ScheduleError as exc:
             self.add_error("cron" if cron else "interval_seconds", str(exc))

@@ -2,6 +2,8 @@
 
 The schedule math lives in ``jobs.schedules`` (pure); this module holds the
 rows and the domain verbs that touch only the job: reschedule, rotate_secret.
+Jobs are made by one verb, ``create_jobs`` (jobs/creation.py), on top of
+``Job.create_many``'s statement.
 The verbs that also create or cancel runs (pause, resume, trigger, backfill,
 soft_delete) are in runs/job_verbs.py, since jobs sits below runs. Views, the
 admin and the API call these verbs; none of them update job rows behind the
@@ -186,7 +188,8 @@ class Job(models.Model):
     previous_secret_until = models.DateTimeField(null=True, blank=True, editable=False)
 
     version = models.PositiveIntegerField(default=1)
-    # Set from the database clock in save(): it is the interval anchor.
+    # Set from the database clock as the row is inserted: what an interval
+    # counts from when start_at is unset (jobs/schedules.py Schedule.for_job).
     created_at = models.DateTimeField(editable=False)
     updated_at = models.DateTimeField(auto_now=True)
     deleted_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -223,6 +226,10 @@ class Job(models.Model):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         if self._state.adding:
+            # The row and its first span, as create_jobs makes them, but with
+            # no "created" event and no limit: for the demo's job (made by
+            # the system) and for tests' fixtures. Owners' jobs are made by
+            # create_jobs (jobs/creation.py).
             now = db_now()  # one read of the database clock for all of it
             self._prepare_insert(now)
             with transaction.atomic():
@@ -252,8 +259,9 @@ class Job(models.Model):
         if not self.secret_encrypted:
             self.set_secret(crypto.generate_secret())
         if self.created_at is None:
-            # The interval anchor is the creation time: take it from the
-            # database clock so next_fire_at can be computed before insert.
+            # An interval counts from the creation time (Schedule.for_job):
+            # take it from the database clock so next_fire_at can be
+            # computed before insert.
             self.created_at = now
         if self.state == JobState.ACTIVE and self.next_fire_at is None:
             self.next_fire_at = self.compute_next_fire(now)
@@ -269,7 +277,11 @@ class Job(models.Model):
         changes: list[dict],
         allowed: int | None = None,
     ) -> int | None:
-        """Insert new jobs with their first schedule span and their "created"
+        """The statement behind ``create_jobs`` (jobs/creation.py), which the
+        API and the admin call: it adds the secrets and raises the limit's
+        refusal.
+
+        Insert new jobs with their first schedule span and their "created"
         event (``changes[i]`` for ``jobs[i]``): one statement, however many
         jobs (``rows_insert``: the jobs and the events each one JSON
         parameter, far cheaper to send than ``bulk_create``'s arrays; a single
@@ -344,12 +356,14 @@ class Job(models.Model):
 
     @property
     def schedule(self) -> Schedule:
-        return Schedule(
+        """The job's schedule, by ``Schedule.for_job``'s anchor rule (a job
+        not saved yet has no ``created_at``: the rule says what then)."""
+        return Schedule.for_job(
             cron=self.cron,
             interval_seconds=self.interval_seconds,
             timezone=self.timezone,
             start_at=self.start_at,
-            anchor=self.created_at or self.start_at,
+            created_at=self.created_at,
         )
 
     def compute_next_fire(self, after: dt.datetime) -> dt.datetime | None:
@@ -462,7 +476,8 @@ class ScheduleSpan(models.Model):
     interval_seconds = models.PositiveIntegerField(null=True, blank=True)
     timezone = models.CharField(max_length=MAX_LENGTHS["timezone"])
     start_at = models.DateTimeField(null=True, blank=True)
-    # The interval anchor (the job's created_at).
+    # The job's created_at: what its interval counts from when start_at is
+    # unset (jobs/schedules.py Schedule.for_job).
     anchor = models.DateTimeField()
     # Fires of this span past a recovery's recorded cap: counted, not listed.
     missed_count = models.PositiveBigIntegerField(default=0, db_default=0)
@@ -481,12 +496,14 @@ class ScheduleSpan(models.Model):
 
     @property
     def schedule(self) -> Schedule:
-        return Schedule(
+        """The schedule in force during this span: the job's, as its row held
+        it then (``anchor`` is the job's creation time)."""
+        return Schedule.for_job(
             cron=self.cron,
             interval_seconds=self.interval_seconds,
             timezone=self.timezone,
             start_at=self.start_at,
-            anchor=self.anchor,
+            created_at=self.anchor,
         )
 
 

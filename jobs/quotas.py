@@ -111,7 +111,9 @@ def new_jobs_refusal(owner, count: int, limits: Limits | None = None) -> LimitEx
     live jobs limit (of ``limits``, read if not given), or None if they fit.
 
     Takes the owner's lock: call it in the transaction that inserts the jobs
-    (or let ``Job.create_many(allowed=...)`` check the limit in its insert).
+    (``create_jobs``, jobs/creation.py, checks the limit again in its insert,
+    under the same lock). The admin's job form calls it to refuse a job
+    beside the form's other errors.
     The refusal is returned, not raised, so that the caller raises it after
     leaving its transaction block: nothing was written, and a refusal does
     not break an enclosing transaction (a savepoint-less block's error would).

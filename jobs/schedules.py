@@ -482,9 +482,10 @@ class Schedule:
     """A job's schedule: a cron read in ``timezone``, or a fixed interval.
 
     Validated on construction, so a Schedule that exists is one that can be
-    iterated. ``start_at``: no fire before it, and the anchor of an interval
-    schedule. ``anchor``: the interval anchor when ``start_at`` is unset (the
-    job's creation time). All results are aware UTC datetimes.
+    iterated. ``start_at``: no fire before it. ``anchor``: what an interval
+    counts from when ``start_at`` is unset. A job's schedule is made by
+    :meth:`for_job`, which states the anchor rule. All results are aware UTC
+    datetimes.
     """
 
     cron: str | None
@@ -510,6 +511,45 @@ class Schedule:
             set_("anchor", _aware("anchor", self.anchor))
         if self.interval_seconds is not None and self.start_at is None and self.anchor is None:
             raise ScheduleError("An interval schedule needs start_at or an anchor.")
+
+    @classmethod
+    def for_job(
+        cls,
+        *,
+        cron: str | None,
+        interval_seconds: int | None,
+        timezone: str,
+        start_at: datetime | None,
+        created_at: datetime | None,
+    ) -> Schedule:
+        """The schedule of a job: of its row, of a span of its schedule
+        history, of the dispatcher's copy of it, or of one not made yet. The
+        one place that says what an interval counts from.
+
+        The anchor rule: an interval schedule counts its steps from
+        ``start_at`` when set, else from the job's creation time
+        (``created_at``, read from the database clock when the job was
+        inserted); it fires at ``anchor + k * interval_seconds``, k >= 0. Only
+        a new ``start_at`` moves the anchor: an edit of the interval, a pause
+        or a resume recomputes the next fire from now, on steps still counted
+        from the same anchor. A cron has no anchor: ``start_at`` only holds
+        its fires back.
+
+        A job not saved yet has no creation time (``created_at`` is None): its
+        interval counts from ``start_at`` if it has one; without one it has
+        nothing to count from, and the interval schedule is refused
+        (``ScheduleError``), while a cron schedule is built as usual. A
+        caller that checks or previews the schedule of a job about to be made
+        (the admin's form, the API's serializer and schedule preview) passes
+        the time it would be created at: now.
+        """
+        return cls(
+            cron=cron,
+            interval_seconds=interval_seconds,
+            timezone=timezone,
+            start_at=start_at,
+            anchor=created_at,
+        )
 
     # -- public API
 
@@ -618,6 +658,7 @@ class Schedule:
         return zoneinfo.ZoneInfo(self.timezone)  # ZoneInfo caches instances by key
 
     def _interval_anchor(self) -> datetime:
+        # The anchor rule (for_job): start_at when set, else the anchor.
         anchor = self.start_at if self.start_at is not None else self.anchor
         assert anchor is not None  # __post_init__ guarantees it
         return anchor

@@ -316,8 +316,9 @@ _JOBS = """
 
 # Whether a run's time is a slot of the span ``s``'s schedule, as far as SQL
 # can tell: exactly for an interval schedule (a whole number of intervals
-# from its anchor, not before it), and for a cron only that it is a whole
-# minute not before start_at (cron fires are whole minutes).
+# from its anchor, not before it: coalesce(start_at, anchor) is the anchor
+# rule of jobs/schedules.py Schedule.for_job), and for a cron only that it is
+# a whole minute not before start_at (cron fires are whole minutes).
 def _on_slot(s: str) -> str:
     return f"""
     CASE WHEN {s}.interval_seconds IS NOT NULL THEN
@@ -855,12 +856,12 @@ def _count_jobs(scope: _Scope) -> int:
 
 
 def _schedule(span: dict[str, Any]) -> Schedule:
-    return Schedule(
+    return Schedule.for_job(
         cron=span["cron"],
         interval_seconds=span["interval_seconds"],
         timezone=span["timezone"],
         start_at=span["start_at"],
-        anchor=span["anchor"],
+        created_at=span["anchor"],
     )
 
 

@@ -51,12 +51,13 @@ class DueJob:
 
     @property
     def schedule(self) -> Schedule:
-        return Schedule(
+        """The job's schedule, by ``Schedule.for_job``'s anchor rule."""
+        return Schedule.for_job(
             cron=self.cron,
             interval_seconds=self.interval_seconds,
             timezone=self.timezone,
             start_at=self.start_at,
-            anchor=self.created_at,
+            created_at=self.created_at,
         )
 
 
