@@ -16,7 +16,6 @@ send_test_delivery in runs/job_verbs.py; rotate_secret on the model) with
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -28,15 +27,13 @@ from django.template.response import TemplateResponse
 from console.display import run_url
 from console.forms import PauseForm
 from console.new_secrets import stash_secret
+from core.admin_base import OwnerScopedAdmin
 from core.db import db_now
 from core.errors import LimitExceeded
 from jobs.display import moment
 from jobs.models import Channel, Job, JobState
 from runs import job_verbs
 from runs.models import Run
-
-if TYPE_CHECKING:
-    from console.job_admin import JobAdmin
 
 # A pause of selected jobs that are all gone (deleted meanwhile, or never the owner's).
 NONE_SELECTED = "None of the selected jobs exist now."
@@ -46,7 +43,7 @@ NONE_SELECTED = "None of the selected jobs exist now."
 
 
 @admin.action(description="Pause selected jobs…", permissions=["change"])
-def pause_jobs(model_admin: JobAdmin, request, queryset):
+def pause_jobs(model_admin: OwnerScopedAdmin, request, queryset):
     """Asks for a note and a resume time first (pause_selected_view acts)."""
     jobs = list(queryset)
     if not jobs:
@@ -56,7 +53,7 @@ def pause_jobs(model_admin: JobAdmin, request, queryset):
 
 
 @admin.action(description="Resume selected jobs", permissions=["change"])
-def resume_jobs(model_admin: JobAdmin, request, queryset):
+def resume_jobs(model_admin: OwnerScopedAdmin, request, queryset):
     done = [job for job in queryset if job.state == JobState.PAUSED]
     for job in done:
         job_verbs.resume(job, actor=request.user, channel=Channel.ADMIN)
@@ -64,7 +61,7 @@ def resume_jobs(model_admin: JobAdmin, request, queryset):
 
 
 @admin.action(description="Trigger selected jobs now", permissions=["change"])
-def trigger_jobs(model_admin: JobAdmin, request, queryset):
+def trigger_jobs(model_admin: OwnerScopedAdmin, request, queryset):
     """Each job that its owner's triggers per minute allows gets a manual
     run; each refused one is named with the limit's message."""
     jobs = list(queryset)
@@ -75,7 +72,7 @@ def trigger_jobs(model_admin: JobAdmin, request, queryset):
 # -- pages: JobAdmin.get_urls wires each with the admin as its first argument
 
 
-def rotate_secret_view(model_admin: JobAdmin, request, object_id):
+def rotate_secret_view(model_admin: OwnerScopedAdmin, request, object_id):
     """GET: what a rotation does, and a button that makes it; POST: rotate."""
     job = _changeable(model_admin, request, object_id)
     if request.method == "GET":
@@ -95,7 +92,7 @@ def rotate_secret_view(model_admin: JobAdmin, request, object_id):
     return redirect("admin:jobs_job_change", job.pk)
 
 
-def test_delivery_view(model_admin: JobAdmin, request, object_id):
+def test_delivery_view(model_admin: OwnerScopedAdmin, request, object_id):
     job = _changeable(model_admin, request, object_id)
     run = _trigger(model_admin, request, job, verb=job_verbs.send_test_delivery)
     if run is None:
@@ -109,7 +106,7 @@ def test_delivery_view(model_admin: JobAdmin, request, object_id):
     return HttpResponseRedirect(run_url(run.pk) + "?watch=1")
 
 
-def pause_view(model_admin: JobAdmin, request, object_id):
+def pause_view(model_admin: OwnerScopedAdmin, request, object_id):
     """The job page's "Pause…": a form (note, resume time), then the verb.
     On a paused job it changes the note and the resume time."""
     job = _changeable(model_admin, request, object_id)
@@ -136,7 +133,7 @@ def pause_view(model_admin: JobAdmin, request, object_id):
     return redirect("admin:jobs_job_change", job.pk)
 
 
-def pause_selected_view(model_admin: JobAdmin, request):
+def pause_selected_view(model_admin: OwnerScopedAdmin, request):
     """The list action's form, posted: pause each selected active job."""
     ids = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
     try:
@@ -167,7 +164,7 @@ def pause_selected_view(model_admin: JobAdmin, request):
     return redirect("admin:jobs_job_changelist")
 
 
-def resume_view(model_admin: JobAdmin, request, object_id):
+def resume_view(model_admin: OwnerScopedAdmin, request, object_id):
     job = _changeable(model_admin, request, object_id)
     if job.state == JobState.PAUSED:
         job_verbs.resume(job, actor=request.user, channel=Channel.ADMIN)
@@ -178,14 +175,16 @@ def resume_view(model_admin: JobAdmin, request, object_id):
 # -- what the actions and pages share
 
 
-def _changeable(model_admin: JobAdmin, request, object_id) -> Job:
+def _changeable(model_admin: OwnerScopedAdmin, request, object_id) -> Job:
     job = model_admin.get_object(request, object_id)
     if not model_admin.has_change_permission(request, job):
         raise PermissionDenied
     return job
 
 
-def _trigger(model_admin: JobAdmin, request, job: Job, verb=job_verbs.trigger) -> Run | None:
+def _trigger(
+    model_admin: OwnerScopedAdmin, request, job: Job, verb=job_verbs.trigger
+) -> Run | None:
     """A manual run (or with ``verb``, a test delivery) of ``job``, or
     None with the refusal shown."""
     try:
@@ -197,7 +196,7 @@ def _trigger(model_admin: JobAdmin, request, job: Job, verb=job_verbs.trigger) -
     return None
 
 
-def _report(model_admin: JobAdmin, request, verb: str, done: list[Job], selected) -> None:
+def _report(model_admin: OwnerScopedAdmin, request, verb: str, done: list[Job], selected) -> None:
     skipped = len(selected) - len(done)
     text = f"{verb} {len(done)} job{'s' if len(done) != 1 else ''}"
     if skipped:
@@ -211,7 +210,7 @@ def _pause_form(jobs: list[Job], data=None, initial=None) -> PauseForm:
 
 
 def _pause_page(
-    model_admin: JobAdmin, request, jobs: list[Job], form: PauseForm, *, job_page: bool
+    model_admin: OwnerScopedAdmin, request, jobs: list[Job], form: PauseForm, *, job_page: bool
 ) -> TemplateResponse:
     """The pause form, for one job (from its page) or for the jobs
     selected in the list; 400 when it comes back with errors."""
@@ -236,7 +235,7 @@ def _pause_page(
     return TemplateResponse(request, "admin/jobs/job/pause.html", context, status=status)
 
 
-def _pause_refused(model_admin: JobAdmin, request, problem: str) -> TemplateResponse:
+def _pause_refused(model_admin: OwnerScopedAdmin, request, problem: str) -> TemplateResponse:
     context = {
         **model_admin.admin_site.each_context(request),
         "opts": model_admin.opts,
@@ -246,7 +245,7 @@ def _pause_refused(model_admin: JobAdmin, request, problem: str) -> TemplateResp
     return TemplateResponse(request, "admin/punctual/refused.html", context, status=400)
 
 
-def _rotate_confirmation(model_admin: JobAdmin, request, job: Job) -> TemplateResponse:
+def _rotate_confirmation(model_admin: OwnerScopedAdmin, request, job: Job) -> TemplateResponse:
     """What a rotation does, and a button that makes it."""
     now = db_now()
     until = job.previous_secret_until

@@ -9,24 +9,20 @@ Plain functions that take the runs admin first, as Django's own
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect
 from django.urls import reverse
 
+from core.admin_base import OwnerScopedAdmin
 from jobs.models import Channel
 from runs.models import RetryNotAllowed, RunState
-
-if TYPE_CHECKING:
-    from console.run_admin import RunAdmin
 
 RETRYABLE_STATES = (RunState.FAILED, RunState.MISSED)
 
 
 @admin.action(description="Retry selected failed or missed runs", permissions=["change"])
-def retry_runs(model_admin: RunAdmin, request, queryset):
+def retry_runs(model_admin: OwnerScopedAdmin, request, queryset):
     retried = 0
     for run in queryset.filter(state__in=RETRYABLE_STATES, job__deleted_at__isnull=True):
         try:
@@ -48,7 +44,7 @@ def retry_runs(model_admin: RunAdmin, request, queryset):
         )
 
 
-def retry_view(model_admin: RunAdmin, request, object_id):
+def retry_view(model_admin: OwnerScopedAdmin, request, object_id):
     run = model_admin.get_object(request, object_id)
     if not model_admin.has_change_permission(request, run):
         raise PermissionDenied

@@ -354,3 +354,23 @@ def test_a_payload_stored_before_the_rules_still_shows_and_cannot_be_saved_again
     job.refresh_from_db()
     data = admin_form(user, name="deep", payload=shown, expected_version=str(job.version))
     assert form_errors(client.post(change, data))["payload"] == [strict_json.TOO_DEEP]
+
+
+@pytest.mark.parametrize(
+    "name, method",
+    [
+        ("jobs_job_pause", "get"),
+        ("jobs_job_pause", "post"),
+        ("jobs_job_resume", "post"),
+        ("jobs_job_rotate_secret", "get"),
+        ("jobs_job_rotate_secret", "post"),
+        ("jobs_job_test_delivery", "post"),
+        ("runs_run_retry", "post"),
+    ],
+)
+@pytest.mark.parametrize("object_id", ["9b2f6c1e-0000-4000-8000-000000000000", "not-an-id"])
+def test_a_button_on_a_job_or_run_that_is_not_there_is_a_404(client, name, method, object_id):
+    """A job's and a run's buttons (console/job_actions.py, run_actions.py)
+    given an id of nothing the user may see: a 404 page, not a 500."""
+    answer = getattr(client, method)(reverse(f"admin:{name}", args=[object_id]))
+    assert answer.status_code == 404
