@@ -51,7 +51,7 @@ RETRY_STATUSES = {408, 425, 429, 500, 502, 503, 504}
 REQUEST_TIMEOUT = 30.0
 
 
-class WorkFailed(Exception):  # noqa: N818 - what handle() raises: the work failed
+class WorkFailed(Exception):
     """Raised by ``handle()`` for a failure; ``retryable=False`` for a
     permanent one (bad input: retrying cannot help)."""
 
@@ -60,11 +60,11 @@ class WorkFailed(Exception):  # noqa: N818 - what handle() raises: the work fail
         self.retryable = retryable
 
 
-class LeaseLost(Exception):  # noqa: N818 - a state, not an error of ours
+class LeaseLost(Exception):
     """The run is no longer ours: another attempt has it, or its deadline passed."""
 
 
-class Refused(Exception):  # noqa: N818
+class Refused(Exception):
     """A 4xx other than 409: a bad token or request, which retrying cannot fix."""
 
 
@@ -208,7 +208,7 @@ class Worker:
             outcome = {"status": "succeeded", "response": handle(run, lost)}
         except WorkFailed as exc:
             outcome = {"status": "failed", "error": str(exc), "retryable": exc.retryable}
-        except Exception as exc:  # noqa: BLE001 - any failure of the work is reported
+        except Exception as exc:  # any failure of the work is reported
             outcome = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
         finally:
             done.set()

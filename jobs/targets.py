@@ -33,8 +33,8 @@ __all__ = [
     "ip_literal",
     "is_allowed_address",
     "is_loopback_address",
-    "memo_resolver",
     "is_public_address",
+    "memo_resolver",
     "parse_target",
     "refuse_non_public",
 ]

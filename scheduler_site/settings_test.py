@@ -26,8 +26,8 @@ if not os.environ.get("DATABASE_URL"):
     os.environ["PUNCTUAL_TEST_PGDATA"] = str(_data_dir)
     os.environ["PUNCTUAL_TEST_PG_OWNER"] = str(os.getpid())
 
-from scheduler_site import settings as _real  # noqa: E402
-from scheduler_site.settings import *  # noqa: E402,F403
+from scheduler_site import settings as _real
+from scheduler_site.settings import *  # noqa: F403
 
 # The demo app's tests need its table and pages, but not demo mode itself (its
 # banner, loopback-only targets): the tests that want it turn PUNCTUAL_DEMO on.
@@ -35,4 +35,4 @@ if "ops.demo" not in _real.INSTALLED_APPS:
     INSTALLED_APPS = [*_real.INSTALLED_APPS, "ops.demo"]
 
 # Hashing test users' passwords with PBKDF2 costs most of a test's set-up time.
-PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # noqa: F405
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

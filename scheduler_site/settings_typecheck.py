@@ -5,4 +5,4 @@ import os
 
 os.environ.setdefault("PUNCTUAL_DEMO", "true")
 
-from scheduler_site.settings import *  # noqa: E402,F403
+from scheduler_site.settings import *  # noqa: F403

@@ -37,7 +37,7 @@ def start(args: list[str], log: Path, env: dict | None = None) -> subprocess.Pop
         [sys.executable, *args],
         cwd=ROOT,
         env={**_env(), **(env or {})},
-        stdout=open(log, "w"),  # noqa: SIM115
+        stdout=open(log, "w"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )

@@ -621,12 +621,11 @@ def test_a_create_holding_the_count_lock_and_a_delete_of_its_name_do_not_deadloc
     create finds the name still taken. (Locking only in the count's trigger,
     after the job's row changed, the two waited for each other.)"""
     job = make_job(owner, name="x")
-    with pytest.raises(IntegrityError, match="job_unique_name_per_owner"):
-        with transaction.atomic():
-            quotas.lock_live_jobs(owner.pk)
-            other = start(lambda: job_verbs.soft_delete(Job.objects.get(pk=job.pk)))
-            wait_until_blocked_or_done(other, "the delete")
-            make_job(owner, name="x")
+    with pytest.raises(IntegrityError, match="job_unique_name_per_owner"), transaction.atomic():
+        quotas.lock_live_jobs(owner.pk)
+        other = start(lambda: job_verbs.soft_delete(Job.objects.get(pk=job.pk)))
+        wait_until_blocked_or_done(other, "the delete")
+        make_job(owner, name="x")
     other.result()
     assert Job.objects.get(pk=job.pk).deleted_at is not None
     assert Job.objects.live().filter(owner=owner).count() == 0

@@ -26,7 +26,7 @@ from django.db import connection
 
 from tests import pooler
 from tests.database import subprocess_database_url
-from tests.polling import wait_until  # noqa: F401  (re-exported)
+from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -36,7 +36,7 @@ def runs_in(state: str) -> int:
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 (http.server's spelling)
+    def do_POST(self) -> None:  # http.server's spelling
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.send_response(200 if self.path == "/ok" else 500)
         self.send_header("Content-Length", "0")
