@@ -29,6 +29,7 @@ on a fixed poll.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import heapq
 import logging
@@ -444,10 +445,8 @@ class Dispatcher:
                 close_old_connections()
                 connection.close()
             self.stopping.wait(wait)
-        try:
+        with contextlib.suppress(DatabaseError):
             self.registration.leave()
-        except DatabaseError:
-            pass
         log.info("dispatcher stopped", extra={"dispatcher": self.registration.name})
 
     def install_signal_handlers(self) -> None:

@@ -34,6 +34,7 @@ off and the worker polls every ``fallback_poll`` seconds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import logging
 import time
@@ -146,10 +147,8 @@ class Wakeup:
         poll = self.safety_poll if self.listening else self.fallback_poll
         timeout = min(poll, self._timers[0] - now) if self._timers else poll
         if timeout > 0:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._event.wait(), timeout)
-            except TimeoutError:
-                pass
         self._event.clear()
         now = time.monotonic()
         while self._timers and self._timers[0] <= now:
@@ -207,10 +206,8 @@ class Wakeup:
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
             self._task = None
 
     # -- the LISTEN connection ------------------------------------------------
@@ -245,10 +242,8 @@ class Wakeup:
             finally:
                 self.listening = False
                 if conn is not None:
-                    try:
+                    with contextlib.suppress(Exception):
                         await conn.close()
-                    except Exception:
-                        pass
             # Poll at the fallback rate from now on, not after the safety poll.
             self.poke()
             await asyncio.sleep(backoff)

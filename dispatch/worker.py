@@ -37,6 +37,7 @@ still holds: the run is claimable again at once (same run id, so the same
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import random
@@ -419,10 +420,8 @@ class Worker:
     async def _sleep(self, seconds: float) -> None:
         assert self._wake is not None  # set by run() before the loops start
         self._wake.clear()
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), seconds)
-        except TimeoutError:
-            pass
 
     async def _flush(self) -> int:
         if not self.results:
@@ -525,22 +524,18 @@ class Worker:
         self._stopped = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
+            # Not the main thread (tests run a worker in a thread):
+            # asyncio's loop raises RuntimeError there, uvloop's ValueError.
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self.stop)
-            except (NotImplementedError, RuntimeError, ValueError):
-                # Not the main thread (tests run a worker in a thread):
-                # asyncio's loop raises RuntimeError there, uvloop's ValueError.
-                pass
         self._session = webhooks.make_session(limit=self.concurrency, **self.address_rule)
         log.info(
             "worker started",
             extra={"worker": self.name, "concurrency": self.concurrency, **self._collector},
         )
         self._wakeup.start()
-        try:
+        with contextlib.suppress(DatabaseError):
             await self._db(self.registration.beat)
-        except DatabaseError:
-            pass
         try:
             await asyncio.gather(
                 self._claim_loop(), self._complete_loop(), self._heartbeat_loop(), self._drain()

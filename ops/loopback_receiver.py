@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import signal
 import time
@@ -143,10 +144,8 @@ class Receiver:
                 await asyncio.sleep(3600)
             return web.Response(text="ok")
         if kind == "held":
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.released.wait(), 3600)
-            except TimeoutError:
-                pass
             return web.Response(text="released")
         if kind == "flaky":
             if self.seen[webhook_id] <= int(parts[1]):
@@ -226,10 +225,8 @@ def main() -> None:
             # Readers (tests, the bench) tail the log while we run.
             if receiver.log:
                 receiver.log.flush()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.1)
-            except TimeoutError:
-                pass
         await runner.cleanup()
 
     asyncio.run(serve())

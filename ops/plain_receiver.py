@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import signal
 import time
@@ -122,10 +123,8 @@ def main() -> None:
             # Readers (the bench) tail the log while we run.
             if log:
                 log.flush()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.1)
-            except TimeoutError:
-                pass
         server.close()
         if log:
             log.close()

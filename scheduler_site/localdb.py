@@ -35,6 +35,7 @@ is handed to it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import pwd
@@ -334,10 +335,8 @@ def crash(data_dir: Path) -> int:
 
 def _signal(pids: list[int], sig: int) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def _children(pid: int) -> list[int]:

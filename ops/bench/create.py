@@ -7,6 +7,7 @@ check that every job got its schedule span and its audit event."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import tempfile
@@ -80,10 +81,8 @@ def _parallel_single_creates(base: str, token: str, prefix: str, clients: int, e
     threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
     for thread in threads:
         thread.start()
-    try:
+    with contextlib.suppress(threading.BrokenBarrierError):
         start.wait(timeout=120)
-    except threading.BrokenBarrierError:
-        pass
     for thread in threads:
         thread.join()
     if failures:

@@ -4,6 +4,7 @@ whole PostgreSQL server's too, when it runs on this host) and memory."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -153,10 +154,8 @@ def probe_ms(url: str) -> float:
     import requests
 
     t0 = time.monotonic()
-    try:
+    with contextlib.suppress(requests.RequestException):
         requests.get(url, timeout=10)
-    except requests.RequestException:
-        pass
     return (time.monotonic() - t0) * 1000
 
 

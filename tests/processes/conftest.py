@@ -11,6 +11,7 @@ the server, as docs/operating/poolers.md prescribes. A test marked
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -180,10 +181,8 @@ class ReceiverHandle:
         """Make the receiver write every line it has logged so far (its
         /stats answers after a flush). A receiver that has stopped flushed
         on its way out."""
-        try:
+        with contextlib.suppress(requests.RequestException):
             self.stats()
-        except requests.RequestException:
-            pass
 
     def entries(self, event: str = "start") -> list[dict]:
         self.flush()

@@ -24,6 +24,7 @@ the files git would commit instead, to try uncommitted changes.) It:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -155,10 +156,8 @@ class MakeRun:
 
     def kill(self) -> None:
         for pid in self.alive():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def poll(predicate, timeout: float, message: str, run: MakeRun):
