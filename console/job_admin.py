@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import statistics
 import zoneinfo
 from functools import partial
@@ -597,7 +598,7 @@ class JobAdmin(OwnerScopedAdmin):
         period: float | None = obj.interval_seconds
         if obj.cron:
             fires = [fire for fire, _, _ in self._next_fires(obj)]
-            gaps = [(b - a).total_seconds() for a, b in zip(fires, fires[1:], strict=False)]
+            gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(fires)]
             period = min(gaps) if gaps else None
         typical = self._typical_duration(obj)
         if period and typical and typical[0] > period:

@@ -4,6 +4,7 @@ backfills (docs/design/claims.md; docs/concepts/misfire-and-overlap.md "Backfill
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 
 import pytest
 from django.db import connection, transaction
@@ -186,7 +187,7 @@ def test_a_backfill_is_spread_at_the_configured_rate(owner, settings):
     now = db_now()
     job_verbs.backfill(job, now - dt.timedelta(minutes=30), now - dt.timedelta(minutes=20))
     first = list(Run.objects.filter(job=job).order_by("scheduled_at"))
-    gaps = {(b.available_at - a.available_at) for a, b in zip(first, first[1:], strict=False)}
+    gaps = {(b.available_at - a.available_at) for a, b in itertools.pairwise(first)}
     assert len(first) == 10 and gaps == {dt.timedelta(seconds=0.25)}
     assert now <= first[0].available_at <= db_now()
     # A second backfill at once continues after the first, at the same rate.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 
 import pytest
 
@@ -42,7 +43,7 @@ def test_a_per_minute_cron_paused_for_two_years_catches_up_its_newest_fires(owne
     # The last fire before the resume's own clock reading, which is a little
     # after `before` (possibly in the next minute).
     assert newest <= fires[-1] <= newest + dt.timedelta(minutes=1)
-    assert [b - a for a, b in zip(fires, fires[1:], strict=False)] == [dt.timedelta(minutes=1)] * 2
+    assert [b - a for a, b in itertools.pairwise(fires)] == [dt.timedelta(minutes=1)] * 2
 
 
 def test_a_one_second_interval_paused_for_twelve_days_catches_up_its_newest_fires(owner):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import signal
 from collections import defaultdict
 from pathlib import Path
@@ -56,7 +57,7 @@ def test_three_dispatchers_make_exactly_one_run_per_fire(owner, processes):
     for job in jobs:
         times = fires[job.pk]
         # No gap and no duplicate: consecutive fires are exactly one interval apart.
-        assert all(b - a == S for a, b in zip(times, times[1:], strict=False)), job.name
+        assert all(b - a == S for a, b in itertools.pairwise(times)), job.name
     states = set(Run.objects.filter(job__in=jobs).values_list("state", flat=True))
     assert states <= {"pending", "skipped"}
 
@@ -110,7 +111,7 @@ def test_dispatcher_outage_outcomes_follow_each_misfire_policy(owner, processes)
     assert newest_missed < oldest_catch_up.scheduled_at
     for job in (skip, catch_up):
         times = fires_by_job([job])[job.pk]
-        assert all(b - a == S for a, b in zip(times, times[1:], strict=False)), job.name
+        assert all(b - a == S for a, b in itertools.pairwise(times)), job.name
 
 
 def test_dispatcher_writes_its_heartbeat_and_leaves_on_sigterm(owner, processes):

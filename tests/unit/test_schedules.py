@@ -42,7 +42,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from itertools import islice
+from itertools import islice, pairwise
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -239,7 +239,7 @@ def test_dst_fires_are_strictly_increasing_utc(
 ) -> None:
     fires = cron(expr, zone).next_fires(utc(after), 200)
     assert all(f.tzinfo is UTC for f in fires)
-    assert all(a < b for a, b in zip(fires, fires[1:], strict=False))
+    assert all(a < b for a, b in pairwise(fires))
 
 
 def test_fixed_time_fires_once_in_the_repeated_hour_unlike_raw_croniter() -> None:
@@ -309,7 +309,7 @@ def test_wall_clock_crons_keep_their_period_through_dst(
     fires = cron(expr, zone).fires_between(utc(start), utc(end), limit=10_000)
     assert iso(fires[0]) == start
     assert len(fires) == (utc(end) - utc(start)) // timedelta(minutes=period)
-    assert {b - a for a, b in zip(fires, fires[1:], strict=False)} == {timedelta(minutes=period)}
+    assert {b - a for a, b in pairwise(fires)} == {timedelta(minutes=period)}
 
 
 def test_wall_clock_next_fire_stays_cheap() -> None:

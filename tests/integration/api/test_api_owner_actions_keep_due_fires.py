@@ -10,6 +10,7 @@ state or schedule change opens a schedule-history span in database time
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 
 import pytest
 from django.db import IntegrityError, InternalError, ProgrammingError, connection, transaction
@@ -111,7 +112,7 @@ def test_pause_resume_and_delete_each_open_a_span_in_database_time(api, owner):
     api.delete(f"{JOBS}{job.pk}/")
     rows = list(ScheduleSpan.objects.filter(job=job).order_by("started_at", "id"))
     assert [r.state for r in rows] == ["active", "paused", "active", "deleted"]
-    for before, after in zip(rows, rows[1:], strict=False):
+    for before, after in itertools.pairwise(rows):
         assert before.ended_at == after.started_at
     job.refresh_from_db()
     assert rows[0].started_at == job.created_at
