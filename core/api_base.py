@@ -37,11 +37,11 @@ class ApiViewMixin(_MixinBase):
 
     def initial(self, request: Request, *args, **kwargs) -> None:
         super().initial(request, *args, **kwargs)  # authentication, permissions, throttles
-        if request.method in ("POST", "PUT", "PATCH") and _has_body(request):
-            if not request.content_type:
-                raise exceptions.UnsupportedMediaType(
-                    "", detail="Send the body as JSON, with Content-Type: application/json."
-                )
+        writes = request.method in ("POST", "PUT", "PATCH") and _has_body(request)
+        if writes and not request.content_type:
+            raise exceptions.UnsupportedMediaType(
+                "", detail="Send the body as JSON, with Content-Type: application/json."
+            )
 
     def permission_denied(self, request: Request, message=None, code=None) -> NoReturn:
         # DRF checks permissions before throttles, so an anonymous caller's 401

@@ -191,7 +191,7 @@ def start(data_dir: Path, *, settings: dict[str, str] | None = None, timeout: in
 
     if not (data_dir / "PG_VERSION").exists():
         subprocess.run(
-            [_bin("initdb"), "-D", str(data_dir), "-U", USER, "--auth=trust", "-E", "UTF8"]
+            [_bin("initdb"), "-D", str(data_dir), "-U", USER, "--auth=trust", "-E", "UTF8"]  # noqa: RUF005 - one line per group of options
             + ["--no-instructions", "--locale=C"],
             check=True,
             capture_output=True,
@@ -203,7 +203,7 @@ def start(data_dir: Path, *, settings: dict[str, str] | None = None, timeout: in
         for key, value in (settings or {}).items():
             options += f" -c {key}={value}"
         result = subprocess.run(
-            [_bin("pg_ctl"), "-D", str(data_dir), "-l", str(data_dir / "server.log")]
+            [_bin("pg_ctl"), "-D", str(data_dir), "-l", str(data_dir / "server.log")]  # noqa: RUF005 - as above
             + ["-w", "-t", str(timeout), "-o", options, "start"],
             capture_output=True,
             text=True,

@@ -19,7 +19,7 @@ def scenario_slow(*, inflight: int, delay: float, workers: int, force: bool) -> 
     reset(force)
     with tempfile.TemporaryDirectory(prefix="punctual-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        receiver, port, log = processes.start_receiver(tmp)
+        receiver, port, _log = processes.start_receiver(tmp)
         insert_jobs(
             inflight,
             interval=3600,

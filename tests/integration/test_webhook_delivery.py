@@ -519,9 +519,9 @@ def test_resolve_public_refuses_private_answers_and_literals() -> None:
     dns = FakeDNS({"internal.example": [["10.0.0.5"]], "public.example": [["93.184.215.14"]]})
 
     async def scenario() -> list[str]:
-        with pytest.raises(UnsafeTargetError, match="10.0.0.5"):
+        with pytest.raises(UnsafeTargetError, match=r"10\.0\.0\.5"):
             await resolve_public("internal.example", 443, allow_private=False, resolver=dns)
-        with pytest.raises(UnsafeTargetError, match="127.0.0.1"):
+        with pytest.raises(UnsafeTargetError, match=r"127\.0\.0\.1"):
             await resolve_public("2130706433", 80, allow_private=False, resolver=dns)
         assert await resolve_public("127.1", 80, allow_private=True) == ["127.0.0.1"]
         return await resolve_public("public.example", 443, allow_private=False, resolver=dns)

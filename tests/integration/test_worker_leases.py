@@ -179,15 +179,15 @@ def test_an_owner_patch_racing_the_auto_pause_is_not_reverted(owner):
     def patch_before_pausing(execute, sql, params, many, context):
         # Just before the worker writes the pause, the owner's PATCH runs: it
         # either commits first or waits for the worker's lock on the job row.
-        pausing = sql.lstrip().upper().startswith("UPDATE") and "jobs_job" in sql
-        if pausing and ("paused" in sql or "paused" in [str(p) for p in params or ()]):
-            if not patch.is_alive() and not started.is_set():
-                patch.start()
-                started.wait(10)
-                wait_until(
-                    lambda: not patch.is_alive() or waits_for_a_lock(pid[0]),
-                    message="the owner's PATCH to commit or wait for the row lock",
-                )
+        updates_job = sql.lstrip().upper().startswith("UPDATE") and "jobs_job" in sql
+        pausing = updates_job and ("paused" in sql or "paused" in [str(p) for p in params or ()])
+        if pausing and not patch.is_alive() and not started.is_set():
+            patch.start()
+            started.wait(10)
+            wait_until(
+                lambda: not patch.is_alive() or waits_for_a_lock(pid[0]),
+                message="the owner's PATCH to commit or wait for the row lock",
+            )
         return execute(sql, params, many, context)
 
     async def scenario():

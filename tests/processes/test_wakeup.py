@@ -6,6 +6,8 @@ to polling and listens again."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from django.db import connection
 
@@ -83,7 +85,7 @@ def test_a_worker_whose_listen_connection_is_killed_polls_then_listens_again(
     assert again != first
     deliver_one(job)  # and the new connection hears the next one
     assert worker.poll() is None
-    log = open(worker.log_path).read()
+    log = Path(worker.log_path).read_text()
     assert "wake-up connection lost" in log
 
 

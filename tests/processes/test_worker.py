@@ -241,7 +241,7 @@ def test_one_worker_holds_2000_slow_deliveries_in_flight(owner, processes, recei
     rss_kb = int(
         next(
             line.split()[1]
-            for line in open(f"/proc/{worker.pid}/status")
+            for line in Path(f"/proc/{worker.pid}/status").read_text().splitlines()
             if line.startswith("VmRSS:")
         )
     )

@@ -45,7 +45,7 @@ def test_several_hosts_become_libpq_lists(hosts, host, port):
 
 @pytest.mark.parametrize("attrs", ["", "?target_session_attrs=any", "?connect_timeout=3"])
 def test_several_hosts_must_look_for_the_primary(attrs):
-    with pytest.raises(ImproperlyConfigured, match="several hosts.*target_session_attrs"):
+    with pytest.raises(ImproperlyConfigured, match=r"several hosts.*target_session_attrs"):
         database_settings(f"postgres://u@db1,db2/punctual{attrs}")
 
 

@@ -619,7 +619,7 @@ def test_validate_cron_refuses_non_strings(bad: object) -> None:
 
 
 def test_validate_cron_messages_say_why() -> None:
-    with pytest.raises(ScheduleError, match="Not a valid cron expression.*never fire"):
+    with pytest.raises(ScheduleError, match=r"Not a valid cron expression.*never fire"):
         validate_cron("0 0 30 2 *")
     with pytest.raises(ScheduleError, match="exactly 5"):
         validate_cron("0 0 * * * *")

@@ -374,7 +374,7 @@ def test_a_hostname_resolving_to_a_private_address_is_refused() -> None:
 
 def test_one_private_answer_among_public_ones_is_enough_to_refuse() -> None:
     resolve = fake_dns({"mixed.example": ["93.184.215.14", "169.254.169.254"]})
-    with pytest.raises(UnsafeTargetError, match="169.254.169.254"):
+    with pytest.raises(UnsafeTargetError, match=r"169\.254\.169\.254"):
         check_url("https://mixed.example/hook", allow_private=False, resolve=resolve)
 
 

@@ -235,7 +235,7 @@ CASES = [
 
 
 def _id(case) -> str:
-    body, status, field = case
+    _body, status, field = case
     return f"{field}-{status}"
 
 

@@ -144,11 +144,13 @@ def test_a_target_kind_change_cancels_the_waiting_runs_so_the_new_kind_is_not_st
 
 def test_a_state_change_without_a_span_is_refused_at_commit(owner):
     job = make_job(owner)
-    with pytest.raises((IntegrityError, InternalError, ProgrammingError)) as refused:
-        with transaction.atomic():
-            with connection.cursor() as cur:
-                cur.execute("UPDATE jobs_job SET state = 'paused' WHERE id = %s", [job.pk])
-                cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    with (
+        pytest.raises((IntegrityError, InternalError, ProgrammingError)) as refused,
+        transaction.atomic(),
+        connection.cursor() as cur,
+    ):
+        cur.execute("UPDATE jobs_job SET state = 'paused' WHERE id = %s", [job.pk])
+        cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
     assert "schedule history" in str(refused.value)
 
 

@@ -102,7 +102,8 @@ def test_skewed_application_clocks_neither_double_fire_nor_steal_leases(
     # webhook-timestamp each worker signed, are 5 minutes off; both workers
     # delivered.
     for proc, sign in zip(procs[0::2], "+-", strict=True):
-        logged = LOG_TIME.match(open(proc.log_path).readline())
+        with open(proc.log_path) as log:
+            logged = LOG_TIME.match(log.readline())
         assert logged, proc.log_path
         seen = dt.datetime.strptime(logged[1], "%Y-%m-%d %H:%M:%S").timestamp()
         assert abs(seen - wall[sign] - (SKEW if sign == "+" else -SKEW)) < 60

@@ -96,7 +96,7 @@ def test_processes_reconnect_after_a_postgres_restart_and_nothing_is_lost_or_dou
         )
         assert [p.poll() for p in dispatchers + workers] == [None] * 4, "a process died"
     for proc in dispatchers + workers:
-        log = open(proc.log_path).read()
+        log = Path(proc.log_path).read_text()
         assert "database unavailable" in log, f"{proc.log_path} never saw the outage"
 
     stop_all(processes, dispatchers)
