@@ -270,19 +270,19 @@ def test_the_fleet_row_is_beaten_during_a_long_drain(owner):
     for _ in range(3):
         due_at(make_job(owner, interval_seconds=3600), now - S)
 
-    class Observed(Dispatcher):
-        seen: list[bool] = []
+    seen: list[bool] = []
 
+    class Observed(Dispatcher):
         def tick(self, now=None):
             beaten = ProcessHeartbeat.objects.filter(name=self.registration.name).exists()
-            self.seen.append(beaten)
+            seen.append(beaten)
             return super().tick(now)
 
     dispatcher = Observed(batch_size=1)
     dispatcher.run_once()
     # Four ticks (three batches of one, then an empty one); the row exists
     # from the second on, long before the housekeeping after the last.
-    assert dispatcher.seen == [False, True, True, True]
+    assert seen == [False, True, True, True]
 
 
 def test_misfires_past_the_row_cap_are_counted_on_the_job_and_its_open_span(owner):

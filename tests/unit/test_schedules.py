@@ -587,8 +587,8 @@ def test_validate_cron_accepts_and_normalises(given: str, normalised: str) -> No
         "@annually",
         "@midnight",
         "@DAILY",
-        "０ ０ * * *",  # fullwidth digits
-        "٠ 0 * * *",  # Arabic-Indic digit
+        "\uff10 \uff10 * * *",  # fullwidth digits
+        "\u0660 0 * * *",  # Arabic-Indic digit
         "0 0 * * *\u00a0",
         "1 " * 60,  # more than 100 characters
         "60 * * * *",
@@ -624,7 +624,7 @@ def test_validate_cron_messages_say_why() -> None:
     with pytest.raises(ScheduleError, match="exactly 5"):
         validate_cron("0 0 * * * *")
     with pytest.raises(ScheduleError, match="non-ASCII"):
-        validate_cron("٠ 0 * * *")
+        validate_cron("\u0660 0 * * *")
     with pytest.raises(ScheduleError, match="at most 100"):
         validate_cron("*" + " " * 100)
 
