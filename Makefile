@@ -104,9 +104,10 @@ sql: install ## regenerate docs/reference/sql.md, every named SQL statement whol
 # The tiers that start no OS processes of their own run on both cores (xdist,
 # one test database per worker); the process tier runs alone, because its tests
 # start dispatchers, workers and receivers and end by restarting the server.
-# Under CI=true the process tier then runs a second time with every process
-# behind PgBouncer in transaction pooling mode (test-pooler). Last, the
-# second server: Debian's PostgreSQL 15, with JIT (test-pg15).
+# Under CI=true the process tests where a pooler changes behaviour then run a
+# second time with every process behind PgBouncer in transaction pooling mode
+# (test-pooler). Last, the second server: Debian's PostgreSQL 15, with JIT
+# (test-pg15).
 test: lint types docs-build ## the whole suite: lint, types, the docs build, then pytest on PostgreSQL (migrations check included)
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory browser faketime pgbouncer postgresql15; fi
 	$(PYTEST) -q -rs -n 2 tests/unit tests/integration tests/browser
@@ -120,9 +121,24 @@ test-fast: install ## unit and integration tests only (no OS processes, no brows
 test-faults: install ## the fault suite alone: real processes, SIGKILL, a PostgreSQL restart
 	$(PYTEST) -q -rs tests/processes/faults
 
-test-pooler: install ## the process tier (faults included) with every process behind PgBouncer, transaction mode
+# The pooler pass: the process tests marked `pooler` (15 of the tier's 56),
+# every process behind PgBouncer in transaction mode. They are the cases a
+# pooler changes: each transaction on another server connection (so no
+# prepared statement, session setting or session lock may outlive it: the
+# worker's outcomes, the dispatcher's tick and its SET LOCAL jit and
+# lock_timeout), LISTEN/NOTIFY with the LISTEN connection straight to the
+# server (tests/processes/test_wakeup.py, the bench's idle scenario),
+# failover behind the pooler, and SIGKILLed workers and dispatchers whose
+# server connection the pooler keeps. The other tests of the tier run only
+# directly (make test's second pass): what they check does not depend on
+# the route to the server, and the pooler's own behaviour is covered by
+# tests/processes/test_pooler.py (its own PgBouncer, in the direct pass) and
+# tests/integration/test_hot_plans.py under PUNCTUAL_TRANSACTION_POOLER.
+# docs/development.md "The pooler pass" names each test and what covers it.
+# The whole tier behind the pooler: PUNCTUAL_TEST_POOLER=pgbouncer pytest tests/processes
+test-pooler: install ## the process tests where a pooler changes behaviour (marked pooler), every process behind PgBouncer, transaction mode
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory pgbouncer; fi
-	PUNCTUAL_TEST_POOLER=pgbouncer $(PYTEST) -q -rs --durations=10 tests/processes
+	PUNCTUAL_TEST_POOLER=pgbouncer $(PYTEST) -q -rs --durations=10 -m pooler tests/processes
 
 # The second supported server, Debian's PostgreSQL 15 as its package ships it
 # (LLVM JIT on), started by the test session itself on a private socket

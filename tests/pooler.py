@@ -1,10 +1,13 @@
 """A PgBouncer in transaction pooling mode in front of the test database, for
 the processes that tests start (docs/operating/poolers.md).
 
-``PUNCTUAL_TEST_POOLER=pgbouncer`` (``make test-pooler``) runs the process
-tier with every process's ``DATABASE_URL`` pointing at one PgBouncer started
-for the session (tests/processes/conftest.py); the test code itself keeps its
-direct connection. tests/processes/test_pooler.py starts it in every run.
+``PUNCTUAL_TEST_POOLER=pgbouncer`` runs the process tests with every
+process's ``DATABASE_URL`` pointing at one PgBouncer started for the session
+(tests/processes/conftest.py); the test code itself keeps its direct
+connection. ``make test-pooler`` runs only the tests marked ``pooler`` this
+way, those where a pooler changes behaviour (docs/development.md "The pooler
+pass").
+tests/processes/test_pooler.py starts it in every run.
 
 The pooler is set to expose what a process keeps in its session:
 ``pool_mode = transaction``, and ``server_round_robin = 1`` so that

@@ -2,11 +2,13 @@
 ``manage.py work`` and the loopback receiver, started as OS processes and
 stopped with real signals. Tests wait by polling with a deadline.
 
-With ``PUNCTUAL_TEST_POOLER=pgbouncer`` (``make test-pooler``) every process a
-test starts reaches the database through a PgBouncer in transaction pooling
-mode (tests/pooler.py), and its worker's LISTEN connection goes straight to
-the server, as docs/operating/poolers.md prescribes. A test marked
-``direct_connection`` is skipped in that run, with its reason.
+With ``PUNCTUAL_TEST_POOLER=pgbouncer`` every process a test starts reaches
+the database through a PgBouncer in transaction pooling mode
+(tests/pooler.py), and its worker's LISTEN connection goes straight to the
+server, as docs/operating/poolers.md prescribes. ``make test-pooler`` runs
+that way only the tests marked ``pooler``, where a pooler changes behaviour
+(docs/development.md "The pooler pass"). A test marked ``direct_connection``
+is skipped in a pooled run, with its reason.
 """
 
 from __future__ import annotations
@@ -146,6 +148,9 @@ def _through_the_pooler(request):
         yield
         return
     marker = request.node.get_closest_marker("direct_connection")
+    if marker and request.node.get_closest_marker("pooler"):
+        # The pooler pass would skip it, and so never run it behind the pooler.
+        pytest.fail("marked both pooler and direct_connection: choose one")
     if marker:
         pytest.skip(f"needs a direct connection: {marker.args[0]}")
     pooler.serve(request.getfixturevalue("pgbouncer"))

@@ -177,6 +177,7 @@ def test_idle_scenario_refuses_a_fleet_the_server_has_no_connections_for():
     expect("10000 idle workers need 20000 connections" in out.stderr)
 
 
+@pytest.mark.pooler
 @pytest.mark.parametrize("listen", ["true", "false"])
 def test_idle_scenario_counts_the_database_and_times_every_wake_up(listen):
     # PostgreSQL publishes an idle backend's transaction counts within 10 s

@@ -37,6 +37,7 @@ def fires_by_job(jobs) -> dict:
     return fires
 
 
+@pytest.mark.pooler
 def test_three_dispatchers_make_exactly_one_run_per_fire(owner, processes):
     jobs = [make_job(owner, interval_seconds=1, name=f"every-second-{k}") for k in range(200)]
     dispatchers = [processes.manage("dispatch", name=f"dispatch{k}") for k in range(3)]
@@ -183,6 +184,7 @@ def test_a_job_whose_schedule_cannot_be_read_does_not_stop_the_dispatcher(owner,
     assert not Run.objects.filter(job=bad).exists()
 
 
+@pytest.mark.pooler
 def test_fires_keep_coming_while_claims_hold_the_floor_and_the_raise_waits(owner, processes):
     """Regression: the dispatcher's housekeeping raised the active floor with
     a plain ``FOR UPDATE`` on its row, which the claims hold FOR SHARE. Behind

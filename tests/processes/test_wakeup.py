@@ -17,7 +17,7 @@ from runs.models import Run
 from tests.factories import make_job
 from tests.processes.conftest import process_env, wait_until
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.pooler, pytest.mark.django_db(transaction=True)]
 
 AN_HOUR = "3600"
 

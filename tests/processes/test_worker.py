@@ -54,6 +54,7 @@ def test_deliveries_verify_with_standardwebhooks_during_a_rotation(owner, proces
     assert headers["user-agent"].startswith("Punctual/")
 
 
+@pytest.mark.pooler
 def test_sigkilled_worker_run_is_redelivered_with_the_same_id(owner, processes, receiver):
     lease = 3
     job = make_job(owner, url=receiver.url("hold-first"), timeout_seconds=60)
@@ -123,6 +124,7 @@ def test_a_receiver_that_never_finishes_times_out_each_attempt_then_fails(
     wait_until(lambda: len(receiver.entries()) == 2, message="two attempts in the log")
 
 
+@pytest.mark.pooler
 def test_status_handling(owner, processes, receiver):
     def job_for(path, **kw):
         kw.setdefault("retry_backoff_seconds", 1)

@@ -26,7 +26,7 @@ from tests.factories import make_job
 from tests.processes.conftest import process_env, wait_until
 from tests.processes.faults.conftest import assert_audit_clean, in_transaction, named, stop_all
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.pooler, pytest.mark.django_db(transaction=True)]
 
 SEED = 2
 KILLS_PER_PHASE = 6

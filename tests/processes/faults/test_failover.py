@@ -235,6 +235,7 @@ def pair_env(pair: Pair, bouncer: pooler.PgBouncer | None) -> dict[str, str]:
     )
 
 
+@pytest.mark.pooler
 @pytest.mark.parametrize("synchronous", [True, False], ids=["sync", "async"])
 def test_failover_to_a_promoted_standby(synchronous, processes, tmp_path, servers_dir):
     mode = "sync" if synchronous else "async"

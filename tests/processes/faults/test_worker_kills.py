@@ -42,7 +42,7 @@ from tests.processes.faults.conftest import (
     registered,
 )
 
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.pooler, pytest.mark.django_db(transaction=True)]
 
 SEED = 8
 KILLS = 20
