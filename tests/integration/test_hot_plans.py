@@ -171,16 +171,23 @@ def test_the_apis_creates_run_without_jit(owner, jobs):
     assert_hot(statements)
 
 
-@pytest.mark.parametrize("waiting", [2_000, 20_000])
-@pytest.mark.parametrize("claimer", ["worker", "pull API"])
-def test_a_claim_reads_a_bounded_number_of_buffers_per_run(owner, other_owner, waiting, claimer):
-    """The claim's statements, summed, per run claimed: the same bound
-    beside 2,000 and beside 20,000 waiting runs."""
-    pull = {"target_kind": "pull", "url": ""} if claimer == "pull API" else {}
-    one_due_run_each(owner, waiting, **pull)
-    if claimer == "worker":
-        one_due_run_each(other_owner, 100)  # two owners: the fair claim
-    vacuum()
+def in_flight(owner) -> None:
+    """Every waiting run of ``owner`` running, as a claim leaves it, since the
+    statistics were taken (vacuum() before): the state of an install that
+    just got busy."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE runs_run SET state = 'running', attempt = 1, lease_owner = 'w0',"
+            " lease_seconds = 300, attempt_started_at = now(), started_at = now(),"
+            " deadline_at = now() + interval '1 hour', lease_until = now() + interval '300 s'"
+            " WHERE owner_id = %s",
+            [owner.pk],
+        )
+
+
+def assert_claim_reads_a_bounded_number_of_buffers_per_run(owner, claimer: str) -> None:
+    """One claim, by a worker (200 runs) or ``owner``'s pull worker over the
+    API (100): its statements, summed, per run claimed, within the bound."""
     with explaining(lambda sql: "runs_run" in sql) as statements:
         if claimer == "worker":
             claimed = leases.claim("w1", limit=200, lease_seconds=30)
@@ -193,6 +200,19 @@ def test_a_claim_reads_a_bounded_number_of_buffers_per_run(owner, other_owner, w
     assert len(claimed) == (200 if claimer == "worker" else 100)
     per_run = sum(s.buffers for s in statements) / len(claimed)
     assert per_run <= BUFFERS_PER_CLAIMED_RUN, [(s.sql[:60], s.buffers) for s in statements]
+
+
+@pytest.mark.parametrize("waiting", [2_000, 20_000])
+@pytest.mark.parametrize("claimer", ["worker", "pull API"])
+def test_a_claim_reads_a_bounded_number_of_buffers_per_run(owner, other_owner, waiting, claimer):
+    """The claim's statements, summed, per run claimed: the same bound
+    beside 2,000 and beside 20,000 waiting runs."""
+    pull = {"target_kind": "pull", "url": ""} if claimer == "pull API" else {}
+    one_due_run_each(owner, waiting, **pull)
+    if claimer == "worker":
+        one_due_run_each(other_owner, 100)  # two owners: the fair claim
+    vacuum()
+    assert_claim_reads_a_bounded_number_of_buffers_per_run(owner, claimer)
 
 
 @pytest.mark.parametrize("claimer", ["worker", "pull API"])
@@ -211,27 +231,8 @@ def test_a_claim_reads_a_bounded_number_of_buffers_per_run_beside_runs_in_flight
     busy = django_user_model.objects.create_user("carol", password="pw-carol-123")
     one_due_run_each(busy, 1_000)
     vacuum()
-    with connection.cursor() as cur:
-        # In flight since the statistics were taken: as a claim leaves them.
-        cur.execute(
-            "UPDATE runs_run SET state = 'running', attempt = 1, lease_owner = 'w0',"
-            " lease_seconds = 300, attempt_started_at = now(), started_at = now(),"
-            " deadline_at = now() + interval '1 hour', lease_until = now() + interval '300 s'"
-            " WHERE owner_id = %s",
-            [busy.pk],
-        )
-    with explaining(lambda sql: "runs_run" in sql) as statements:
-        if claimer == "worker":
-            claimed = leases.claim("w1", limit=200, lease_seconds=30)
-        else:
-            answer = token_client(owner).post(
-                "/api/v1/runs/claim/", {"worker": "w1", "limit": 100}, "json"
-            )
-            assert answer.status_code == 200, answer.content
-            claimed = answer.json()
-    assert len(claimed) == (200 if claimer == "worker" else 100)
-    per_run = sum(s.buffers for s in statements) / len(claimed)
-    assert per_run <= BUFFERS_PER_CLAIMED_RUN, [(s.sql[:60], s.buffers) for s in statements]
+    in_flight(busy)
+    assert_claim_reads_a_bounded_number_of_buffers_per_run(owner, claimer)
 
 
 def test_the_reaper_of_exhausted_leases_reads_those_runs_only(owner, other_owner):
@@ -243,14 +244,8 @@ def test_the_reaper_of_exhausted_leases_reads_those_runs_only(owner, other_owner
     one_due_run_each(owner, 5_000)
     one_due_run_each(other_owner, 1_001)
     vacuum()
+    in_flight(other_owner)
     with connection.cursor() as cur:
-        cur.execute(
-            "UPDATE runs_run SET state = 'running', attempt = 1, lease_owner = 'w0',"
-            " lease_seconds = 300, attempt_started_at = now(), started_at = now(),"
-            " deadline_at = now() + interval '1 hour', lease_until = now() + interval '300 s'"
-            " WHERE owner_id = %s",
-            [other_owner.pk],
-        )
         # One of them on its last attempt, its lease lapsed.
         cur.execute(
             "UPDATE runs_run SET attempt = max_attempts, lease_until = now() - interval '1 s'"
