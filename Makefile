@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: help install run manage db db-stop test test-fast test-faults test-pooler test-pg15 lint types fmt docs docs-build openapi sql browser faketime pgbouncer postgresql15
+.PHONY: help install run manage db db-stop test test-tiers test-processes test-fast test-faults test-pooler test-pg15 lint types fmt docs docs-build openapi sql browser faketime pgbouncer postgresql15
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -74,7 +74,13 @@ fmt: install ## ruff format and autofix
 # server that the test session starts and removes. Under CI=true the browser and
 # libfaketime are installed first and their tests are mandatory; elsewhere those
 # tests skip, and pytest's summary (-rs) names what was skipped and why.
-PYTEST := $(BIN)/python -m pytest
+#
+# $(call pytest,ARGS): one pytest session in a temporary directory of its own,
+# removed when the session passes (kept for its logs when it fails). make test
+# runs two sessions at once, and pytest's shared default, /tmp/pytest-of-<user>,
+# keeps only the 3 newest session directories: each would prune the other's.
+pytest = d=$$(mktemp -d -t punctual-pytest-XXXXXX) && \
+	$(BIN)/python -m pytest --basetemp=$$d $(1) && rm -rf $$d
 types: install ## mypy with django-stubs over the product code
 	SECRET_KEY=typecheck $(BIN)/mypy
 
@@ -101,25 +107,37 @@ openapi: install ## export the OpenAPI schema to docs/reference/ and render its 
 sql: install ## regenerate docs/reference/sql.md, every named SQL statement whole
 	$(BIN)/python tools/sql_catalogue.py
 
-# The tiers that start no OS processes of their own run on both cores (xdist,
-# one test database per worker); the process tier runs alone, because its tests
-# start dispatchers, workers and receivers and end by restarting the server.
-# Under CI=true the process tests where a pooler changes behaviour then run a
-# second time with every process behind PgBouncer in transaction pooling mode
-# (test-pooler). Last, the second server: Debian's PostgreSQL 15, with JIT
-# (test-pg15).
+# After lint, types and the docs build, make test runs two lanes at once
+# (make -j2; each lane's output is printed whole when it ends):
+# - test-processes: the process tier on four pytest-xdist workers (one test
+#   database each, on one server), whose tests mostly wait on the processes
+#   they start; then the PostgreSQL restart alone, since it restarts the
+#   session's server under every connection; then, under CI=true, the
+#   process tests where a pooler changes behaviour, behind PgBouncer
+#   (test-pooler).
+# - test-tiers: the unit, integration and browser tiers on two workers, whose
+#   tests keep the cores busy; then the second server, Debian's PostgreSQL 15
+#   with JIT (test-pg15).
+# docs/development.md "Tests" says how long each takes and why this order.
+RESTART_TEST := tests/processes/faults/test_zz_postgres_restart.py
 test: lint types docs-build ## the whole suite: lint, types, the docs build, then pytest on PostgreSQL (migrations check included)
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory browser faketime pgbouncer postgresql15; fi
-	$(PYTEST) -q -rs -n 2 tests/unit tests/integration tests/browser
-	$(PYTEST) -q -rs --durations=10 tests/processes
-	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory test-pooler; fi
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-processes test-tiers
+
+test-tiers: install ## the unit, integration and browser tiers, then test-pg15
+	$(call pytest,-q -rs -n 2 --durations=10 tests/unit tests/integration tests/browser)
 	@$(MAKE) --no-print-directory test-pg15
 
+test-processes: install ## the process tier (xdist), its PostgreSQL restart alone, then (CI=true) test-pooler
+	$(call pytest,-q -rs -n 4 --dist worksteal --durations=10 tests/processes --deselect $(RESTART_TEST))
+	$(call pytest,-q -rs $(RESTART_TEST))
+	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory test-pooler; fi
+
 test-fast: install ## unit and integration tests only (no OS processes, no browser)
-	$(PYTEST) -q -rs tests/unit tests/integration
+	$(call pytest,-q -rs -n 2 tests/unit tests/integration)
 
 test-faults: install ## the fault suite alone: real processes, SIGKILL, a PostgreSQL restart
-	$(PYTEST) -q -rs tests/processes/faults
+	$(call pytest,-q -rs tests/processes/faults)
 
 # The pooler pass: the process tests marked `pooler` (15 of the tier's 56),
 # every process behind PgBouncer in transaction mode. They are the cases a
@@ -138,7 +156,7 @@ test-faults: install ## the fault suite alone: real processes, SIGKILL, a Postgr
 # The whole tier behind the pooler: PUNCTUAL_TEST_POOLER=pgbouncer pytest tests/processes
 test-pooler: install ## the process tests where a pooler changes behaviour (marked pooler), every process behind PgBouncer, transaction mode
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory pgbouncer; fi
-	PUNCTUAL_TEST_POOLER=pgbouncer $(PYTEST) -q -rs --durations=10 -m pooler tests/processes
+	export PUNCTUAL_TEST_POOLER=pgbouncer && $(call pytest,-q -rs -n 3 --dist worksteal --durations=10 -m pooler tests/processes)
 
 # The second supported server, Debian's PostgreSQL 15 as its package ships it
 # (LLVM JIT on), started by the test session itself on a private socket
@@ -154,10 +172,9 @@ test-pg15: install ## the integration tier and a bench e2e smoke run on Debian's
 	  echo "SKIPPED test-pg15: Debian's PostgreSQL 15 is not installed ($(PG15_BINDIR)/initdb);" \
 	    "'apt-get install postgresql-15' (as root) or CI=true installs it"; \
 	else \
-	  PUNCTUAL_PG_BINDIR=$(PG15_BINDIR) PUNCTUAL_TEST_REQUIRE_JIT=true \
-	    $(PYTEST) -q -rs -n 2 tests/integration && \
-	  PUNCTUAL_PG_BINDIR=$(PG15_BINDIR) PUNCTUAL_TEST_REQUIRE_JIT=true \
-	    $(PYTEST) -q -rs tests/processes/test_bench.py -k e2e; \
+	  export PUNCTUAL_PG_BINDIR=$(PG15_BINDIR) PUNCTUAL_TEST_REQUIRE_JIT=true && \
+	  $(call pytest,-q -rs -n 2 --durations=10 tests/integration) && \
+	  $(call pytest,-q -rs tests/processes/test_bench.py -k e2e); \
 	fi
 
 postgresql15: ## install Debian's postgresql-15 (with LLVM JIT) for the second server's tier, if missing

@@ -23,12 +23,15 @@ AN_HOUR = "3600"
 
 
 def listen_pid(name: str) -> int | None:
-    """The backend of worker ``name``'s LISTEN connection, once LISTEN is done."""
+    """The backend of worker ``name``'s LISTEN connection, once LISTEN is done.
+    Only this test's database: the tier runs in parallel (xdist), each worker
+    with a database of its own on the one server."""
     with connection.cursor() as cur:
         cur.execute(
             """
             SELECT pid FROM pg_stat_activity
-            WHERE application_name = %s AND state = 'idle' AND query ILIKE 'LISTEN %%'
+            WHERE datname = current_database() AND application_name = %s
+              AND state = 'idle' AND query ILIKE 'LISTEN %%'
             """,
             [f"punctual-listen {name}"],
         )

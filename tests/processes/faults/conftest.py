@@ -66,11 +66,14 @@ def named(env: dict[str, str], name: str) -> dict[str, str]:
 def in_transaction(name: str, *patterns: str) -> bool:
     """The process labelled ``name`` is inside a transaction whose latest
     statement matches one of the LIKE ``patterns``: a SIGKILL now lands
-    before that transaction commits (or within the instant it takes to)."""
+    before that transaction commits (or within the instant it takes to).
+    Only this test's database counts: the tier runs in parallel (xdist), each
+    worker with a database of its own on the one server, and other workers'
+    processes may carry the same names."""
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
-            " AND xact_start IS NOT NULL AND query LIKE ANY(%s)",
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = %s AND xact_start IS NOT NULL AND query LIKE ANY(%s)",
             [name, list(patterns)],
         )
         return cur.fetchone() is not None
