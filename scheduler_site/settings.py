@@ -278,7 +278,7 @@ _cooloff_minutes = env("PUNCTUAL_LOGIN_COOLOFF_MINUTES")
 if _cooloff_minutes < 1:
     raise environ.ImproperlyConfigured("PUNCTUAL_LOGIN_COOLOFF_MINUTES must be at least 1")
 AXES_COOLOFF_TIME = dt.timedelta(minutes=_cooloff_minutes)
-AXES_CLIENT_IP_CALLABLE = "scheduler_site.signin.client_address"
+AXES_CLIENT_IP_CALLABLE = "core.client_address.client_address"
 AXES_LOCKOUT_CALLABLE = "scheduler_site.signin.locked_out"
 # An attempt during a lockout is refused and writes nothing: the lockout ends a
 # cool-off after the failure that reached the limit. Recording it instead (axes'
@@ -343,8 +343,8 @@ REST_FRAMEWORK = {
         "user": env("PUNCTUAL_API_RATE"),
         "anon": env("PUNCTUAL_API_ANON_RATE"),
     },
-    # Anonymous callers are told apart by address: X-Forwarded-For only behind proxies.
-    "NUM_PROXIES": PUNCTUAL_TRUSTED_PROXIES,
+    # No NUM_PROXIES: DRF's own rule would take a short X-Forwarded-For's
+    # first entry. Every throttle keys clients by core/client_address.py.
     "COERCE_DECIMAL_TO_STRING": False,
     "EXCEPTION_HANDLER": "core.api_errors.exception_handler",
 }

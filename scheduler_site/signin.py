@@ -2,13 +2,12 @@
 locked-out client sees (docs/security.md "Sign-in limits").
 
 Axes counts failed sign-ins in the database by user name and, separately, by
-client address; at ``PUNCTUAL_LOGIN_FAILURE_LIMIT`` failures within the
+client address (core/client_address.py); at ``PUNCTUAL_LOGIN_FAILURE_LIMIT`` failures within the
 cool-off, further attempts are refused before any password is hashed.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import threading
 from collections.abc import Callable
 
@@ -17,31 +16,6 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
-
-
-def client_address(request: HttpRequest) -> str | None:
-    """The address failures are counted against.
-
-    Without trusted proxies, the connection's own address: X-Forwarded-For is
-    then whatever the client chose to write. Behind N proxies, each appends
-    the address it received the request from, so the N-th entry from the
-    right is the one the outermost proxy saw; entries further left were
-    written by the client and could be forged. A header with fewer entries
-    than N, or an entry that is not an address, falls back to the
-    connection's address (the nearest proxy), which cannot be forged.
-    """
-    remote = request.META.get("REMOTE_ADDR")
-    proxies = settings.PUNCTUAL_TRUSTED_PROXIES
-    if not proxies:
-        return remote
-    forwarded = [a.strip() for a in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
-    forwarded = [a for a in forwarded if a]
-    if len(forwarded) < proxies:
-        return remote
-    try:
-        return str(ipaddress.ip_address(forwarded[-proxies]))
-    except ValueError:
-        return remote
 
 
 def locked_out(

@@ -16,6 +16,7 @@ from django.db.models import F
 from django.test import Client
 from django.urls import reverse
 
+from tests import client_addresses
 from tests.admin_support import PASSWORD, CountingHasher, HeldHasher
 
 LOGIN = reverse("admin:login")
@@ -160,12 +161,16 @@ def test_behind_a_trusted_proxy_the_address_the_proxy_saw_counts(settings, ann):
     assert AccessAttempt.objects.filter(ip_address="198.51.100.7").count() == 0
 
 
-@pytest.mark.parametrize("forwarded", ["", "not-an-address", "192.0.2.1:4431"])
-def test_behind_a_proxy_a_missing_or_malformed_header_counts_the_proxy(settings, ann, forwarded):
-    settings.PUNCTUAL_TRUSTED_PROXIES = 1
-    headers = {"HTTP_X_FORWARDED_FOR": forwarded} if forwarded else {}
-    assert fail(1, "nobody", address="10.0.6.1", **headers) == [200]
-    assert list(AccessAttempt.objects.values_list("ip_address", flat=True)) == ["10.0.6.1"]
+@pytest.mark.parametrize(("proxies", "forwarded", "counted"), client_addresses.CASES)
+def test_failures_count_against_the_address_of_the_one_client_address_rule(
+    settings, ann, proxies, forwarded, counted
+):
+    """The same cases, and the same addresses, as the API's rate limit
+    (tests/integration/api/test_api_rate_limits.py)."""
+    settings.PUNCTUAL_TRUSTED_PROXIES = proxies
+    where = client_addresses.headers(forwarded)
+    assert fail(1, "nobody", address=where.pop("REMOTE_ADDR"), **where) == [200]
+    assert list(AccessAttempt.objects.values_list("ip_address", flat=True)) == [counted]
 
 
 @pytest.mark.django_db(transaction=True)
