@@ -156,9 +156,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    # Before sessions, CSRF and axes: a sign-in post that arrives while this
-    # process checks another is answered at once (scheduler_site/signin.py).
-    "scheduler_site.signin.OneSignInAtATime",
+    # A sign-in post that arrives while this process hashes another's
+    # password is answered 429 at once (scheduler_site/signin.py).
+    "scheduler_site.signin.AnswerBusySignIns",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -262,12 +262,12 @@ AUTH_PASSWORD_VALIDATORS = [
 
 # -- Sign-in limits (django-axes; docs/security.md "Sign-in limits") ------------
 # Axes' backend comes first, so a locked-out attempt is refused before the
-# password backend hashes anything. Failures are counted in the database, so
-# every gunicorn process on every host sees the same counts; by user name and,
-# separately, by client address (scheduler_site/signin.py).
+# password backend hashes anything (or takes the one-hash-at-a-time gate,
+# scheduler_site/signin.py). Failures are counted in the database, so every
+# gunicorn process on every host sees the same counts.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    "scheduler_site.signin.OneHashAtATime",
 ]
 AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]

@@ -1,5 +1,5 @@
-"""Sign-in attempt limits: how django-axes sees the client, and what a
-locked-out client sees (docs/security.md "Sign-in limits").
+"""Sign-in attempt limits: what a locked-out client sees, and one password
+hashed at a time in each process (docs/security.md "Sign-in limits").
 
 Axes counts failed sign-ins in the database by user name and, separately, by
 client address (core/client_address.py); at ``PUNCTUAL_LOGIN_FAILURE_LIMIT`` failures within the
@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.contrib import admin
+from django.contrib.auth.backends import ModelBackend
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import reverse
 
 
 def locked_out(
@@ -38,42 +38,61 @@ def locked_out(
     return response.render()
 
 
-# One sign-in checked at a time in each web process (docs/security.md "Sign-in limits").
+# One password hashed at a time in each web process (docs/security.md "Sign-in limits").
 _checking = threading.Lock()
 BUSY_RETRY_AFTER = 1
 
 
-class OneSignInAtATime:
-    """Answer a sign-in post 429 at once while this process is already
-    checking one.
+class SignInBusy(Exception):
+    """This process is already hashing another sign-in's password."""
+
+
+class OneHashAtATime(ModelBackend):
+    """Django's password check, one at a time in each process; a sign-in
+    that arrives while another is checked raises ``SignInBusy`` at once.
 
     Checking a password costs a few hundred milliseconds of CPU, and every
     post that gets this far holds one of the process's few threads for that
     long. Without this gate, eight clients posting wrong passwords fill every
     thread with hashing before their failures reach the limit, and the health
-    check (and every other request) waits for a thread. With it, a process
-    hashes one password at a time and answers the rest in about a
-    millisecond, before the session, the CSRF check or axes' queries: the
-    client is told to try again in a second (``Retry-After: 1``), and its
-    attempt is not counted as a failure, since its password was not looked at.
+    check (and every other request) waits for a thread.
+
+    The gate holds only the hash, and only a post that would be hashed takes
+    it: Django's CSRF check has passed before any view runs, and axes'
+    backend, listed first in ``AUTHENTICATION_BACKENDS``, has refused a
+    locked-out client before this backend is asked. A gate in front of those
+    would let a locked-out client, whose posts cost no hash, keep the gate
+    busy and turn everyone else's correct sign-in away. Raising (rather than
+    returning None) stops ``authenticate`` before it tells axes of a failure:
+    the busy attempt is not counted, since its password was not looked at.
     """
+
+    def authenticate(self, request, username=None, password=None, **kwargs):
+        if not _checking.acquire(blocking=False):
+            raise SignInBusy
+        try:
+            return super().authenticate(request, username, password, **kwargs)
+        finally:
+            _checking.release()
+
+
+class AnswerBusySignIns:
+    """A sign-in that met ``SignInBusy``: 429 with ``Retry-After: 1``, and a
+    line of text asking the client to try again in a second."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
-        self.login_path = reverse("admin:login")
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.method != "POST" or request.path_info != self.login_path:
-            return self.get_response(request)
-        if not _checking.acquire(blocking=False):
-            response = HttpResponse(
-                "Another sign-in is being checked. Try again in a second.\n",
-                status=429,
-                content_type="text/plain; charset=utf-8",
-            )
-            response["Retry-After"] = str(BUSY_RETRY_AFTER)
-            return response
-        try:
-            return self.get_response(request)
-        finally:
-            _checking.release()
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
+        if not isinstance(exc, SignInBusy):
+            return None
+        response = HttpResponse(
+            "Another sign-in is being checked. Try again in a second.\n",
+            status=429,
+            content_type="text/plain; charset=utf-8",
+        )
+        response["Retry-After"] = str(BUSY_RETRY_AFTER)
+        return response
