@@ -270,7 +270,12 @@ AUTHENTICATION_BACKENDS = [
     "scheduler_site.signin.OneHashAtATime",
 ]
 AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# Locked: a user name at one client address, and a client address over all
+# the names it tries (docs/security.md "Sign-in limits"); never a user name by
+# itself, or anyone could lock any owner, superusers included, out of the
+# admin from anywhere. (With one limit for both, an address's count, which
+# includes each of its pairs', reaches it first or together.)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
 AXES_FAILURE_LIMIT = env("PUNCTUAL_LOGIN_FAILURE_LIMIT")
 if AXES_FAILURE_LIMIT < 1:
     raise environ.ImproperlyConfigured("PUNCTUAL_LOGIN_FAILURE_LIMIT must be at least 1")

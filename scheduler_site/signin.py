@@ -1,9 +1,10 @@
 """Sign-in attempt limits: what a locked-out client sees, and one password
 hashed at a time in each process (docs/security.md "Sign-in limits").
 
-Axes counts failed sign-ins in the database by user name and, separately, by
-client address (core/client_address.py); at ``PUNCTUAL_LOGIN_FAILURE_LIMIT`` failures within the
-cool-off, further attempts are refused before any password is hashed.
+Axes counts failed sign-ins in the database by user name at a client
+address, and by client address over all user names (the address by
+core/client_address.py); at ``PUNCTUAL_LOGIN_FAILURE_LIMIT`` failures within
+the cool-off, further attempts are refused before any password is hashed.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ def locked_out(
 ) -> HttpResponse:
     """429 with ``Retry-After`` and an admin page that says why and for how long.
 
-    The page does not say whether the user name or the address hit the
-    limit: either way it reads the same, so it tells nothing about which
-    user names exist."""
+    The page does not say whether the user name at this address or the
+    address itself hit the limit: either way it reads the same, so it tells
+    nothing about which user names exist."""
     cooloff = settings.AXES_COOLOFF_TIME
     context = {
         **admin.site.each_context(request),
