@@ -22,18 +22,10 @@ from __future__ import annotations
 from django.db import connection
 from rest_framework.exceptions import Throttled
 from rest_framework.request import Request
-from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
+from rest_framework.throttling import SimpleRateThrottle
 
+from core.client_address import client_address
 from core.db import bound_cursor
-
-
-def client_address(request) -> str:
-    """The caller's address, as every limit keys it: the one place to change
-    when a trusted proxy's forwarded address should count instead.
-
-    DRF's ``get_ident``: REMOTE_ADDR, or with ``NUM_PROXIES`` set, the
-    address that many hops back in X-Forwarded-For."""
-    return BaseThrottle().get_ident(request)
 
 
 class WindowRateThrottle(SimpleRateThrottle):
@@ -50,6 +42,12 @@ class WindowRateThrottle(SimpleRateThrottle):
     num_requests: int
     duration: int
     wait_seconds: float = 0.0
+
+    def get_ident(self, request) -> str:
+        """The client address by Punctual's one rule (core/client_address.py),
+        never DRF's own: given a header shorter than ``NUM_PROXIES``, DRF
+        takes its first entry, which the client wrote."""
+        return str(client_address(request))
 
     def allow_request(self, request, view) -> bool:
         if self.rate is None:
@@ -91,7 +89,7 @@ class AddressRateThrottle(WindowRateThrottle):
         return self.address_key(request)
 
     def address_key(self, request) -> str:
-        return self.cache_format % {"scope": self.scope, "ident": client_address(request)}
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
 
 
 def charge_failed_authentication(request: Request) -> None:

@@ -156,9 +156,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    # Before sessions, CSRF and axes: a sign-in post that arrives while this
-    # process checks another is answered at once (scheduler_site/signin.py).
-    "scheduler_site.signin.OneSignInAtATime",
+    # A sign-in post that arrives while this process hashes another's
+    # password is answered 429 at once (scheduler_site/signin.py).
+    "scheduler_site.signin.AnswerBusySignIns",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -262,15 +262,20 @@ AUTH_PASSWORD_VALIDATORS = [
 
 # -- Sign-in limits (django-axes; docs/security.md "Sign-in limits") ------------
 # Axes' backend comes first, so a locked-out attempt is refused before the
-# password backend hashes anything. Failures are counted in the database, so
-# every gunicorn process on every host sees the same counts; by user name and,
-# separately, by client address (scheduler_site/signin.py).
+# password backend hashes anything (or takes the one-hash-at-a-time gate,
+# scheduler_site/signin.py). Failures are counted in the database, so every
+# gunicorn process on every host sees the same counts.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    "scheduler_site.signin.OneHashAtATime",
 ]
 AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# Locked: a user name at one client address, and a client address over all
+# the names it tries (docs/security.md "Sign-in limits"); never a user name by
+# itself, or anyone could lock any owner, superusers included, out of the
+# admin from anywhere. (With one limit for both, an address's count, which
+# includes each of its pairs', reaches it first or together.)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
 AXES_FAILURE_LIMIT = env("PUNCTUAL_LOGIN_FAILURE_LIMIT")
 if AXES_FAILURE_LIMIT < 1:
     raise environ.ImproperlyConfigured("PUNCTUAL_LOGIN_FAILURE_LIMIT must be at least 1")
@@ -278,7 +283,7 @@ _cooloff_minutes = env("PUNCTUAL_LOGIN_COOLOFF_MINUTES")
 if _cooloff_minutes < 1:
     raise environ.ImproperlyConfigured("PUNCTUAL_LOGIN_COOLOFF_MINUTES must be at least 1")
 AXES_COOLOFF_TIME = dt.timedelta(minutes=_cooloff_minutes)
-AXES_CLIENT_IP_CALLABLE = "scheduler_site.signin.client_address"
+AXES_CLIENT_IP_CALLABLE = "core.client_address.client_address"
 AXES_LOCKOUT_CALLABLE = "scheduler_site.signin.locked_out"
 # An attempt during a lockout is refused and writes nothing: the lockout ends a
 # cool-off after the failure that reached the limit. Recording it instead (axes'
@@ -343,8 +348,8 @@ REST_FRAMEWORK = {
         "user": env("PUNCTUAL_API_RATE"),
         "anon": env("PUNCTUAL_API_ANON_RATE"),
     },
-    # Anonymous callers are told apart by address: X-Forwarded-For only behind proxies.
-    "NUM_PROXIES": PUNCTUAL_TRUSTED_PROXIES,
+    # No NUM_PROXIES: DRF's own rule would take a short X-Forwarded-For's
+    # first entry. Every throttle keys clients by core/client_address.py.
     "COERCE_DECIMAL_TO_STRING": False,
     "EXCEPTION_HANDLER": "core.api_errors.exception_handler",
 }

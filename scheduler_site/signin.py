@@ -1,47 +1,22 @@
-"""Sign-in attempt limits: how django-axes sees the client, and what a
-locked-out client sees (docs/security.md "Sign-in limits").
+"""Sign-in attempt limits: what a locked-out client sees, and one password
+hashed at a time in each process (docs/security.md "Sign-in limits").
 
-Axes counts failed sign-ins in the database by user name and, separately, by
-client address; at ``PUNCTUAL_LOGIN_FAILURE_LIMIT`` failures within the
-cool-off, further attempts are refused before any password is hashed.
+Axes counts failed sign-ins in the database by user name at a client
+address, and by client address over all user names (the address by
+core/client_address.py); at ``PUNCTUAL_LOGIN_FAILURE_LIMIT`` failures within
+the cool-off, further attempts are refused before any password is hashed.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import threading
 from collections.abc import Callable
 
 from django.conf import settings
 from django.contrib import admin
+from django.contrib.auth.backends import ModelBackend
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import reverse
-
-
-def client_address(request: HttpRequest) -> str | None:
-    """The address failures are counted against.
-
-    Without trusted proxies, the connection's own address: X-Forwarded-For is
-    then whatever the client chose to write. Behind N proxies, each appends
-    the address it received the request from, so the N-th entry from the
-    right is the one the outermost proxy saw; entries further left were
-    written by the client and could be forged. A header with fewer entries
-    than N, or an entry that is not an address, falls back to the
-    connection's address (the nearest proxy), which cannot be forged.
-    """
-    remote = request.META.get("REMOTE_ADDR")
-    proxies = settings.PUNCTUAL_TRUSTED_PROXIES
-    if not proxies:
-        return remote
-    forwarded = [a.strip() for a in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
-    forwarded = [a for a in forwarded if a]
-    if len(forwarded) < proxies:
-        return remote
-    try:
-        return str(ipaddress.ip_address(forwarded[-proxies]))
-    except ValueError:
-        return remote
 
 
 def locked_out(
@@ -49,9 +24,9 @@ def locked_out(
 ) -> HttpResponse:
     """429 with ``Retry-After`` and an admin page that says why and for how long.
 
-    The page does not say whether the user name or the address hit the
-    limit: either way it reads the same, so it tells nothing about which
-    user names exist."""
+    The page does not say whether the user name at this address or the
+    address itself hit the limit: either way it reads the same, so it tells
+    nothing about which user names exist."""
     cooloff = settings.AXES_COOLOFF_TIME
     context = {
         **admin.site.each_context(request),
@@ -64,42 +39,61 @@ def locked_out(
     return response.render()
 
 
-# One sign-in checked at a time in each web process (docs/security.md "Sign-in limits").
+# One password hashed at a time in each web process (docs/security.md "Sign-in limits").
 _checking = threading.Lock()
 BUSY_RETRY_AFTER = 1
 
 
-class OneSignInAtATime:
-    """Answer a sign-in post 429 at once while this process is already
-    checking one.
+class SignInBusy(Exception):
+    """This process is already hashing another sign-in's password."""
+
+
+class OneHashAtATime(ModelBackend):
+    """Django's password check, one at a time in each process; a sign-in
+    that arrives while another is checked raises ``SignInBusy`` at once.
 
     Checking a password costs a few hundred milliseconds of CPU, and every
     post that gets this far holds one of the process's few threads for that
     long. Without this gate, eight clients posting wrong passwords fill every
     thread with hashing before their failures reach the limit, and the health
-    check (and every other request) waits for a thread. With it, a process
-    hashes one password at a time and answers the rest in about a
-    millisecond, before the session, the CSRF check or axes' queries: the
-    client is told to try again in a second (``Retry-After: 1``), and its
-    attempt is not counted as a failure, since its password was not looked at.
+    check (and every other request) waits for a thread.
+
+    The gate holds only the hash, and only a post that would be hashed takes
+    it: Django's CSRF check has passed before any view runs, and axes'
+    backend, listed first in ``AUTHENTICATION_BACKENDS``, has refused a
+    locked-out client before this backend is asked. A gate in front of those
+    would let a locked-out client, whose posts cost no hash, keep the gate
+    busy and turn everyone else's correct sign-in away. Raising (rather than
+    returning None) stops ``authenticate`` before it tells axes of a failure:
+    the busy attempt is not counted, since its password was not looked at.
     """
+
+    def authenticate(self, request, username=None, password=None, **kwargs):
+        if not _checking.acquire(blocking=False):
+            raise SignInBusy
+        try:
+            return super().authenticate(request, username, password, **kwargs)
+        finally:
+            _checking.release()
+
+
+class AnswerBusySignIns:
+    """A sign-in that met ``SignInBusy``: 429 with ``Retry-After: 1``, and a
+    line of text asking the client to try again in a second."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
-        self.login_path = reverse("admin:login")
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.method != "POST" or request.path_info != self.login_path:
-            return self.get_response(request)
-        if not _checking.acquire(blocking=False):
-            response = HttpResponse(
-                "Another sign-in is being checked. Try again in a second.\n",
-                status=429,
-                content_type="text/plain; charset=utf-8",
-            )
-            response["Retry-After"] = str(BUSY_RETRY_AFTER)
-            return response
-        try:
-            return self.get_response(request)
-        finally:
-            _checking.release()
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
+        if not isinstance(exc, SignInBusy):
+            return None
+        response = HttpResponse(
+            "Another sign-in is being checked. Try again in a second.\n",
+            status=429,
+            content_type="text/plain; charset=utf-8",
+        )
+        response["Retry-After"] = str(BUSY_RETRY_AFTER)
+        return response

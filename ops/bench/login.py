@@ -121,8 +121,8 @@ def scenario_login(*, clients: int, duration: float, force: bool) -> dict:
     (production password hashing): first ``duration`` seconds without them,
     then ``duration`` seconds with them.
 
-    Every failure up to the limit is hashed; after it the user name (and the
-    address) is locked out, and the refusals cost no hash. The scenario checks
+    Every failure up to the limit is hashed; after it the clients' address
+    (and the user name at it) is locked out, and the refusals cost no hash. The scenario checks
     that lockouts happened and that no more passwords were checked than the
     limit lets through (plus one in flight per thread)."""
     import multiprocessing

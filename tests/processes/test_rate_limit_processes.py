@@ -2,7 +2,9 @@
 on the test database, and the limit is reached at the rate, not at twice it,
 for an owner's token and for bad tokens from one address alike. Gunicorn's
 access log names the process of each answer, so the test also sees that both
-processes answered."""
+processes answered. Behind trusted proxies (``PUNCTUAL_TRUSTED_PROXIES`` in
+the environment, as an operator sets it), a client cannot escape the limit
+by what it writes in X-Forwarded-For."""
 
 from __future__ import annotations
 
@@ -24,13 +26,14 @@ LIMIT = 6
 ATTEMPTS = 3 * LIMIT
 
 
-def start_gunicorn(processes, port: int, access_log: Path) -> str:
+def start_gunicorn(processes, port: int, access_log: Path, **extra_env: str) -> str:
     env = process_env(
         DJANGO_SETTINGS_MODULE="scheduler_site.settings",
         DEBUG="false",
         # Per day: a window boundary during the test would reset the count.
         PUNCTUAL_API_RATE=f"{LIMIT}/day",
         PUNCTUAL_API_ANON_RATE=f"{LIMIT}/day",
+        **extra_env,
     )
     processes.start(
         "-m", "gunicorn", "scheduler_site.wsgi", "--bind", f"127.0.0.1:{port}",
@@ -88,4 +91,32 @@ def test_two_gunicorn_processes_share_one_count(processes, tmp_path):
         return False
 
     wait_until(both_answered, timeout=60, message="both gunicorn processes in the access log")
+    forget_rate_counts()
+
+
+@pytest.mark.parametrize(
+    ("proxies", "forged"),
+    [
+        pytest.param("2", "192.0.2.{}", id="two proxies, one forged entry"),
+        pytest.param("1", "client-{}", id="one proxy, an entry that is not an address"),
+    ],
+)
+def test_a_forged_x_forwarded_for_does_not_escape_the_address_limit(
+    processes, tmp_path, proxies, forged
+):
+    """Each request names an address of its own: a header shorter than the
+    proxies promise, or an entry that is no address, counts the connection's
+    address (core/client_address.py), so refused keys reach the limit."""
+    forget_rate_counts()
+    access_log = tmp_path / "access.log"
+    base = start_gunicorn(processes, free_port(), access_log, PUNCTUAL_TRUSTED_PROXIES=proxies)
+    answers = [
+        requests.get(
+            f"{base}/api/v1/jobs/",
+            headers={"Authorization": "Token not-a-key", "X-Forwarded-For": forged.format(k)},
+            timeout=30,
+        ).status_code
+        for k in range(ATTEMPTS)
+    ]
+    assert answers == [401] * LIMIT + [429] * (ATTEMPTS - LIMIT)
     forget_rate_counts()

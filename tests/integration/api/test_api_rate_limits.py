@@ -1,15 +1,18 @@
 """Rate limits: counted in PostgreSQL (one row per client), per owner with a valid
 token and per client address without one (anonymous callers and refused
-tokens alike), with health never limited."""
+tokens alike, the address by core/client_address.py), with health never
+limited."""
 
 from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.urls import URLResolver, get_resolver
 
 from accounts.throttles import WindowRateThrottle
 from core.db import db_now
 from dispatch.dispatcher import Dispatcher
+from tests import client_addresses
 from tests.integration.api.support import api_key, token_client
 
 pytestmark = pytest.mark.django_db
@@ -120,3 +123,60 @@ def test_the_dispatcher_deletes_the_counters_whose_window_ended(api, anon, owner
     Dispatcher().housekeeping()
     assert counters("user") == []
     assert counters("anon") == [("punctual:throttle:anon:127.0.0.1", 1)]
+
+
+@pytest.mark.parametrize(("proxies", "forwarded", "counted"), client_addresses.CASES)
+def test_anonymous_requests_count_against_the_address_of_the_one_client_address_rule(
+    anon, settings, proxies, forwarded, counted
+):
+    """The same cases, and the same addresses, as the sign-in limits
+    (tests/integration/admin/test_signin_limits.py)."""
+    settings.PUNCTUAL_TRUSTED_PROXIES = proxies
+    assert anon.get(JOBS, **client_addresses.headers(forwarded)).status_code == 401
+    assert counters("anon") == [(f"punctual:throttle:anon:{counted}", 1)]
+
+
+@pytest.mark.parametrize(
+    ("proxies", "forged"),
+    [
+        pytest.param(2, "192.0.2.{}", id="two proxies, one forged entry"),
+        pytest.param(1, "client-{}", id="one proxy, an entry that is not an address"),
+    ],
+)
+def test_refused_keys_under_a_forged_x_forwarded_for_still_reach_the_limit(
+    owner, settings, proxies, forged
+):
+    """Each request names another address of its own choosing: a header
+    shorter than the proxies promise, or no address at all, counts the
+    connection's address, so the limit holds."""
+    settings.PUNCTUAL_TRUSTED_PROXIES = proxies
+    bad = token_client(owner)
+    bad.credentials(HTTP_AUTHORIZATION="Token not-a-key")
+    answers = [
+        bad.get(JOBS, REMOTE_ADDR="10.9.0.1", HTTP_X_FORWARDED_FOR=forged.format(k)).status_code
+        for k in range(12)
+    ]
+    assert answers == [401] * 3 + [429] * 9
+
+
+def test_every_throttle_of_the_api_keys_clients_by_the_one_rule():
+    """DRF's own throttles would key an anonymous client by DRF's
+    ``get_ident``, which trusts what the client writes in X-Forwarded-For."""
+    views = [
+        pattern.callback.cls
+        for pattern in _patterns(get_resolver())
+        if hasattr(pattern.callback, "cls")
+    ]
+    assert views, "no API view found"
+    for view in views:
+        for throttle in view().get_throttles():
+            assert isinstance(throttle, WindowRateThrottle), (view, throttle)
+            assert type(throttle).get_ident is WindowRateThrottle.get_ident, (view, throttle)
+
+
+def _patterns(resolver):
+    for pattern in resolver.url_patterns:
+        if isinstance(pattern, URLResolver):
+            yield from _patterns(pattern)
+        else:
+            yield pattern
