@@ -7,10 +7,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: help install run manage db db-stop test test-tiers test-processes test-fast test-faults test-pooler test-pg15 lint types fmt docs docs-build openapi sql browser faketime pgbouncer postgresql15
+.PHONY: help install run manage db db-stop test test-tiers test-processes test-fast test-faults test-pooler test-pg15 test-pg15-tier test-pg15-bench lint types fmt docs docs-build openapi sql browser faketime pgbouncer postgresql15
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -114,24 +114,25 @@ sql: install ## regenerate docs/reference/sql.md, every named SQL statement whol
 #   they start; then the PostgreSQL restart alone, since it restarts the
 #   session's server under every connection; then, under CI=true, the
 #   process tests where a pooler changes behaviour, behind PgBouncer
-#   (test-pooler).
+#   (test-pooler); last, the bench smoke run on PostgreSQL 15 (test-pg15-bench).
 # - test-tiers: the unit, integration and browser tiers on two workers, whose
-#   tests keep the cores busy; then the second server, Debian's PostgreSQL 15
-#   with JIT (test-pg15).
+#   tests keep the cores busy; then the integration tier on the second server,
+#   Debian's PostgreSQL 15 with JIT (test-pg15-tier).
 # docs/development.md "Tests" says how long each takes and why this order.
 RESTART_TEST := tests/processes/faults/test_zz_postgres_restart.py
 test: lint types docs-build ## the whole suite: lint, types, the docs build, then pytest on PostgreSQL (migrations check included)
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory browser faketime pgbouncer postgresql15; fi
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-processes test-tiers
 
-test-tiers: install ## the unit, integration and browser tiers, then test-pg15
+test-tiers: install ## the unit, integration and browser tiers, then the integration tier on PostgreSQL 15
 	$(call pytest,-q -rs -n 2 --durations=10 tests/unit tests/integration tests/browser)
-	@$(MAKE) --no-print-directory test-pg15
+	@$(MAKE) --no-print-directory test-pg15-tier
 
-test-processes: install ## the process tier (xdist), its PostgreSQL restart alone, then (CI=true) test-pooler
+test-processes: install ## the process tier (xdist), its PostgreSQL restart alone, (CI=true) test-pooler, the bench smoke on PostgreSQL 15
 	$(call pytest,-q -rs -n 4 --dist worksteal --durations=10 tests/processes --deselect $(RESTART_TEST))
 	$(call pytest,-q -rs $(RESTART_TEST))
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory test-pooler; fi
+	@$(MAKE) --no-print-directory test-pg15-bench
 
 test-fast: install ## unit and integration tests only (no OS processes, no browser)
 	$(call pytest,-q -rs -n 2 tests/unit tests/integration)
@@ -162,20 +163,27 @@ test-pooler: install ## the process tests where a pooler changes behaviour (mark
 # (LLVM JIT on), started by the test session itself on a private socket
 # (scheduler_site/localdb.py PUNCTUAL_PG_BINDIR), no system service. It runs
 # the integration tier (every database test and tests/integration/
-# test_hot_plans.py) and a bench e2e smoke run. Under CI=true the package is
-# installed first and the tier is mandatory; elsewhere, without the package,
-# it is skipped with the reason.
+# test_hot_plans.py; the stateful lifecycle test walks 125 sequences other than
+# the 500 of the first server) and a bench e2e smoke run. make test runs the
+# two in its two lanes (test-pg15-tier, test-pg15-bench). Under CI=true the
+# package is installed first and the tier is mandatory; elsewhere, without the
+# package, it is skipped with the reason.
 PG15_BINDIR := /usr/lib/postgresql/15/bin
-test-pg15: install ## the integration tier and a bench e2e smoke run on Debian's PostgreSQL 15 (JIT)
+PG15_ENV := export PUNCTUAL_PG_BINDIR=$(PG15_BINDIR) PUNCTUAL_TEST_REQUIRE_JIT=true
+PG15_MISSING := echo "SKIPPED test-pg15: Debian's PostgreSQL 15 is not installed ($(PG15_BINDIR)/initdb);" \
+	"'apt-get install postgresql-15' (as root) or CI=true installs it"
+test-pg15: test-pg15-tier test-pg15-bench ## the integration tier and a bench e2e smoke run on Debian's PostgreSQL 15 (JIT)
+
+test-pg15-tier: install ## the integration tier on PostgreSQL 15 (125 other lifecycle sequences)
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory postgresql15; fi
-	@if [ ! -x $(PG15_BINDIR)/initdb ]; then \
-	  echo "SKIPPED test-pg15: Debian's PostgreSQL 15 is not installed ($(PG15_BINDIR)/initdb);" \
-	    "'apt-get install postgresql-15' (as root) or CI=true installs it"; \
-	else \
-	  export PUNCTUAL_PG_BINDIR=$(PG15_BINDIR) PUNCTUAL_TEST_REQUIRE_JIT=true && \
-	  $(call pytest,-q -rs -n 2 --durations=10 tests/integration) && \
-	  $(call pytest,-q -rs tests/processes/test_bench.py -k e2e); \
-	fi
+	@if [ ! -x $(PG15_BINDIR)/initdb ]; then $(PG15_MISSING); else \
+	  $(PG15_ENV) PUNCTUAL_STATEFUL_SEEDS=500-624 && \
+	  $(call pytest,-q -rs -n 2 --durations=10 tests/integration); fi
+
+test-pg15-bench: install ## the bench e2e smoke run on PostgreSQL 15
+	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory postgresql15; fi
+	@if [ ! -x $(PG15_BINDIR)/initdb ]; then $(PG15_MISSING); else \
+	  $(PG15_ENV) && $(call pytest,-q -rs tests/processes/test_bench.py -k e2e); fi
 
 postgresql15: ## install Debian's postgresql-15 (with LLVM JIT) for the second server's tier, if missing
 	@test -x $(PG15_BINDIR)/initdb || \
