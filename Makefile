@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: help install run manage db db-stop test test-tiers test-processes test-fast test-faults test-pooler test-pg15 test-pg15-tier test-pg15-bench lint types fmt docs docs-build openapi sql browser faketime pgbouncer postgresql15
+.PHONY: help runtime install run manage db db-stop test test-tiers test-processes test-fast test-faults test-pooler test-pg15 test-pg15-tier test-pg15-bench lint types fmt docs docs-build openapi sql browser faketime pgbouncer postgresql15
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -16,9 +16,21 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install $(PIP_QUIET) --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# Two installs into one virtualenv: the runtime (what make run, make manage
+# and make db need), with pip's progress shown, and on top of it the
+# development tools (pytest, ruff, mypy, selenium, mkdocs...), which make test
+# and the other targets install.
+$(VENV)/.runtime: pyproject.toml | $(BIN)/python
+	@echo "Installing Punctual and its runtime dependencies into $(VENV)/ ..."
+	$(BIN)/pip install --disable-pip-version-check --progress-bar on -e . \
+	  2> >(grep -v "is ignored: it is neither" >&2)
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.runtime
 	$(BIN)/pip install $(PIP_QUIET) -e '.[dev]' 2> >(grep -v "is ignored: it is neither" >&2)
 	touch $@
+
+runtime: $(VENV)/.runtime ## create the virtualenv and install Punctual's runtime only (make run does)
 
 install: $(VENV)/.installed ## create the virtualenv and install Punctual with its dev tools
 
@@ -31,35 +43,40 @@ install: $(VENV)/.installed ## create the virtualenv and install Punctual with i
 DEMO_ENV := env DEBUG=true PUNCTUAL_DEMO=true
 PGDATA_DIR := var/pg
 LOCALDB := $(BIN)/python -m scheduler_site.localdb
+# The web app's port: make run PORT=8001. honcho hands it to the Procfile's
+# web process as $$PORT (and PORT+100, PORT+200 to the others, unused).
+PORT ?= 8000
 PORT_FREE := import socket; s = socket.socket(); \
-	s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", 8000))
+	s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", $(PORT)))
 
-run: install ## start the embedded PostgreSQL, migrate, create the demo, start web + dispatcher + worker (Ctrl-C stops all)
+run: runtime ## start the embedded PostgreSQL, migrate, create the demo, start web + dispatcher + worker (Ctrl-C stops all); PORT=8001 to listen elsewhere
 	@mkdir -p var
+	@case "$(PORT)" in ''|*[!0-9]*) echo "make run: PORT=$(PORT) is not a port number"; exit 1;; esac
 	@$(BIN)/python -c '$(PORT_FREE)' 2>/dev/null || { \
-	  echo "make run: 127.0.0.1:8000 is in use; stop what listens there (ss -ltnp 'sport = :8000')."; \
+	  echo "make run: 127.0.0.1:$(PORT) is in use; stop what listens there" \
+	    "(ss -ltnp 'sport = :$(PORT)'), or choose another port: make run PORT=8001."; \
 	  exit 1; }
 	@if [ -z "$$DATABASE_URL" ]; then trap '$(LOCALDB) stop $(PGDATA_DIR)' EXIT; \
 	  $(LOCALDB) start $(PGDATA_DIR) || exit 1; fi; \
 	$(DEMO_ENV) $(BIN)/python manage.py migrate --no-input -v 0 && \
-	$(DEMO_ENV) $(BIN)/python manage.py demo && \
-	{ $(DEMO_ENV) $(BIN)/honcho start -f Procfile || [ $$? -eq 130 ]; }
+	$(DEMO_ENV) $(BIN)/python manage.py demo --base-url http://127.0.0.1:$(PORT) && \
+	{ $(DEMO_ENV) $(BIN)/honcho start -f Procfile -p $(PORT) || [ $$? -eq 130 ]; }
 
 # The demo's settings and database for any manage.py command; the embedded
 # PostgreSQL is started if it is not running, and stopped again afterwards if
 # this started it (a running `make run` keeps its server).
-manage: install ## run a manage.py command on the demo's database and settings: make manage ARGS="shell"
+manage: runtime ## run a manage.py command on the demo's database and settings: make manage ARGS="shell"
 	@mkdir -p var
 	@if [ -z "$$DATABASE_URL" ] && ! $(LOCALDB) status $(PGDATA_DIR); then \
 	  trap '$(LOCALDB) stop $(PGDATA_DIR)' EXIT; \
 	  $(LOCALDB) start $(PGDATA_DIR) >/dev/null || exit 1; fi; \
 	$(DEMO_ENV) $(BIN)/python manage.py $(ARGS)
 
-db: install ## start the embedded PostgreSQL in var/pg/ and leave it running (`make db-stop` stops it)
+db: runtime ## start the embedded PostgreSQL in var/pg/ and leave it running (`make db-stop` stops it)
 	@mkdir -p var
 	$(LOCALDB) start $(PGDATA_DIR)
 
-db-stop: install ## stop the embedded PostgreSQL in var/pg/
+db-stop: runtime ## stop the embedded PostgreSQL in var/pg/
 	$(LOCALDB) stop $(PGDATA_DIR)
 
 lint: install ## ruff lint and format check

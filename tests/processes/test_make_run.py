@@ -4,8 +4,9 @@ The clone is of this repository's committed HEAD, so the test checks what a
 newcomer gets, not the working tree. (``MAKE_RUN_TEST_SOURCE=worktree`` copies
 the files git would commit instead, to try uncommitted changes.) It:
 
-1. runs ``make run`` in its own session (venv, install, the embedded
-   PostgreSQL in var/pg/, migrate, demo, honcho);
+1. runs ``make run`` in its own session (venv, the runtime install with
+   pip's progress and no development tools, the embedded PostgreSQL in
+   var/pg/, migrate, demo, honcho); the site's root redirects to the admin;
 2. polls the REST API, with the token the demo printed, until the demo job
    has 2 succeeded runs whose deliveries the demo receiver verified;
 3. creates a job of its own through the API, pointed at the demo's catch-all
@@ -16,8 +17,9 @@ the files git would commit instead, to try uncommitted changes.) It:
    own, so the whole tree is tracked) is gone, without honcho's SIGKILL, and
    that the embedded PostgreSQL has stopped; the output stayed quiet: no
    SECRET_KEY warning, no access log, no traceback, no make error;
-5. runs ``make run`` again: same owner, same password and token, the jobs,
-   deliveries continue; then Ctrl-C again;
+5. runs ``make run PORT=<another port>`` again: same owner, same password
+   and token, the jobs, deliveries continue, now to the receiver on the new
+   port (the demo job follows it); then Ctrl-C again;
 6. ``make manage`` with no server running starts the embedded PostgreSQL for
    its command and stops it after.
 """
@@ -48,7 +50,7 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE = "http://127.0.0.1:8000"
+PORT = 8000  # what a newcomer's `make run` serves on
 INSTALL_DEADLINE = 900  # a cold pip cache may download every dependency
 DELIVERY_DEADLINE = 180
 PAUSE_DEADLINE = 180
@@ -56,19 +58,25 @@ STOP_DEADLINE = 60
 MANAGE_DEADLINE = 180
 
 
-def port_8000_is_free() -> bool:
+def port_is_free(port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("127.0.0.1", 8000))
+            s.bind(("127.0.0.1", port))
         except OSError:
             return False
     return True
 
 
+def another_free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def fresh_machine_env() -> dict[str, str]:
     """The environment of a newcomer's shell: none of this test run's settings."""
-    drop = {"DATABASE_URL", "DJANGO_SETTINGS_MODULE", "SECRET_KEY", "DEBUG", "VIRTUAL_ENV"}
+    drop = {"DATABASE_URL", "DJANGO_SETTINGS_MODULE", "SECRET_KEY", "DEBUG", "VIRTUAL_ENV", "PORT"}
     env = {
         k: v
         for k, v in os.environ.items()
@@ -98,11 +106,12 @@ def process_table() -> dict[int, tuple[int, int, int, str]]:
 class MakeRun:
     """One ``make run`` in its own session, and every process it ever started."""
 
-    def __init__(self, clone: Path, log: Path) -> None:
+    def __init__(self, clone: Path, log: Path, port: int = PORT) -> None:
         self.clone = clone.resolve()
         self.log = log
+        self.base = f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen(
-            ["make", "run"],
+            ["make", "run"] if port == PORT else ["make", "run", f"PORT={port}"],
             cwd=clone,
             env=fresh_machine_env(),
             stdout=log.open("w"),
@@ -184,36 +193,36 @@ def demo_banner(run: MakeRun) -> dict[str, str] | None:
     return {"token": token[1], "job": job[1], "password": password[1], "text": text}
 
 
-def get_json(path: str, token: str | None = None) -> dict | None:
+def get_json(base: str, path: str, token: str | None = None) -> dict | None:
     headers = {"Authorization": f"Token {token}"} if token else {}
     try:
-        response = requests.get(f"{BASE}{path}", headers=headers, timeout=10)
+        response = requests.get(f"{base}{path}", headers=headers, timeout=10)
         return response.json() if response.status_code == 200 else None
     except (requests.RequestException, ValueError):
         return None  # the web app is still starting
 
 
-def verified_successes(job_id: str, token: str) -> set[str]:
+def verified_successes(base: str, job_id: str, token: str) -> set[str]:
     """Runs the API reports succeeded whose delivery the receiver verified."""
-    runs = get_json(f"/api/v1/runs/?job={job_id}&state=succeeded&page_size=500", token)
-    received = get_json(f"/demo/receiver/{job_id}/?format=json")
+    runs = get_json(base, f"/api/v1/runs/?job={job_id}&state=succeeded&page_size=500", token)
+    received = get_json(base, f"/demo/receiver/{job_id}/?format=json")
     if runs is None or received is None:
         return set()
     valid = {d["webhook_id"] for d in received["deliveries"] if d["signature_valid"]}
     return {run["id"] for run in runs["results"]} & valid
 
 
-def create_failing_job(token: str) -> dict:
+def create_failing_job(base: str, token: str) -> dict:
     """A job of the owner's own, pointed at the catch-all receiver told to
     answer 500: every run is tried twice, then fails; two failed runs in a
     row pause it."""
     response = requests.post(
-        f"{BASE}/api/v1/jobs/",
+        f"{base}/api/v1/jobs/",
         headers={"Authorization": f"Token {token}"},
         json={
             "name": "mine, failing on purpose",
             "interval_seconds": 2,
-            "url": f"{BASE}/demo/receiver/my/own/hook?status=500",
+            "url": f"{base}/demo/receiver/my/own/hook?status=500",
             "max_attempts": 2,
             "retry_backoff_seconds": 1,
             "overlap_policy": "skip",
@@ -225,8 +234,8 @@ def create_failing_job(token: str) -> dict:
     return response.json()
 
 
-def paused_job(job_id: str, token: str) -> dict | None:
-    job = get_json(f"/api/v1/jobs/{job_id}/", token)
+def paused_job(base: str, job_id: str, token: str) -> dict | None:
+    job = get_json(base, f"/api/v1/jobs/{job_id}/", token)
     return job if job and job["state"] == "paused" else None
 
 
@@ -288,7 +297,7 @@ def stop(run: MakeRun) -> None:
 
 @pytest.fixture
 def clone(tmp_path) -> Path:
-    if not port_8000_is_free():
+    if not port_is_free(PORT):
         pytest.fail(
             "127.0.0.1:8000 is in use: this test runs `make run`, which serves the demo there."
             " Stop whatever listens on port 8000 (ss -ltnp 'sport = :8000') and run it again."
@@ -319,15 +328,25 @@ def test_make_run_from_a_fresh_clone_delivers_signed_webhooks_and_stops_on_ctrl_
         banner = poll(lambda: demo_banner(first), INSTALL_DEADLINE, "the demo banner", first)
         job_id = banner["job"]
         assert "Punctual demo created" in banner["text"]
+        # The runtime only, with pip's progress: the development tools come with make test.
+        assert "Installing Punctual and its runtime dependencies" in banner["text"]
+        assert "Successfully installed" in banner["text"]
+        assert (clone / ".venv" / "bin" / "gunicorn").exists()
+        assert not (clone / ".venv" / "bin" / "pytest").exists()
+        assert not (clone / ".venv" / "bin" / "mkdocs").exists()
+        base = first.base
 
         token = banner["token"]
         delivered = poll(
-            lambda: len(found := verified_successes(job_id, token)) >= 2 and found,
+            lambda: len(found := verified_successes(base, job_id, token)) >= 2 and found,
             DELIVERY_DEADLINE,
             "2 succeeded runs with valid signatures",
             first,
         )
-        health = requests.get(f"{BASE}/api/v1/health/", timeout=5)
+        # The site's root sends a newcomer to the admin, not to a 404.
+        root = requests.get(f"{base}/", allow_redirects=False, timeout=5)
+        assert (root.status_code, root.headers.get("Location")) == (302, "/admin/"), root.text
+        health = requests.get(f"{base}/api/v1/health/", timeout=5)
         assert health.status_code == 200, health.text
         assert health.json()["dispatchers"] == 1 and health.json()["workers"] == 1
         credentials = (clone / "var" / "demo-credentials.txt").read_text()
@@ -335,15 +354,18 @@ def test_make_run_from_a_fresh_clone_delivers_signed_webhooks_and_stops_on_ctrl_
         assert f"password={banner['password']}\n" in credentials
 
         # The owner's first own job, at the catch-all receiver, failing on purpose.
-        mine = create_failing_job(token)
+        mine = create_failing_job(base, token)
         paused = poll(
-            lambda: paused_job(mine["id"], token), PAUSE_DEADLINE, "the job to pause itself", first
+            lambda: paused_job(base, mine["id"], token),
+            PAUSE_DEADLINE,
+            "the job to pause itself",
+            first,
         )
         assert "after 2 consecutive failed runs" in paused["pause_note"], paused
-        failed = get_json(f"/api/v1/runs/?job={mine['id']}&state=failed", token)["results"]
+        failed = get_json(base, f"/api/v1/runs/?job={mine['id']}&state=failed", token)["results"]
         assert len(failed) == 2, failed
         assert {run["last_status_code"] for run in failed} == {500}
-        received = get_json("/demo/receiver/?format=json")["deliveries"]
+        received = get_json(base, "/demo/receiver/?format=json")["deliveries"]
         answered = {d["webhook_id"]: d for d in received if d["job_id"] == mine["id"]}
         for run in failed:
             # Both attempts reached the receiver, verified with the job's own
@@ -357,10 +379,11 @@ def test_make_run_from_a_fresh_clone_delivers_signed_webhooks_and_stops_on_ctrl_
         assert (counted.returncode, counted.stdout.strip()) == (0, "2"), counted.stderr
         assert (clone / "var" / "pg" / "postmaster.pid").exists()
         stop(first)
-        assert port_8000_is_free()
+        assert port_is_free(PORT)
 
-        # Again: nothing reset, nothing duplicated, deliveries continue.
-        second = MakeRun(clone, tmp_path / "make-run-2.log")
+        # Again, on another port: nothing reset, nothing duplicated,
+        # deliveries continue, to the demo receiver where the web app is now.
+        second = MakeRun(clone, tmp_path / "make-run-2.log", port=another_free_port())
         runs.append(second)
         again = poll(lambda: demo_banner(second), INSTALL_DEADLINE, "the second banner", second)
         assert "Punctual demo already set up" in again["text"]
@@ -369,15 +392,19 @@ def test_make_run_from_a_fresh_clone_delivers_signed_webhooks_and_stops_on_ctrl_
             banner["token"],
             banner["password"],
         )
+        assert again["text"].count(second.base) >= 3, again["text"]  # admin, receiver, health...
         before = len(delivered)
         poll(
-            lambda: len(verified_successes(job_id, token)) > before,
+            lambda: len(verified_successes(second.base, job_id, token)) > before,
             DELIVERY_DEADLINE,
             "a delivery after the restart",
             second,
         )
         assert query(clone, "SELECT count(*) FROM auth_user") == [(1,)]
         assert query(clone, "SELECT count(*) FROM jobs_job") == [(2,)]
+        assert query(clone, "SELECT url FROM jobs_job WHERE id = %s", job_id) == [
+            (f"{second.base}/demo/receiver/{job_id}/",)
+        ]
         assert query(clone, "SELECT count(*) FROM accounts_apitoken") == [(1,)]
         stop(second)
 

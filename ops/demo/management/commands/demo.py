@@ -65,7 +65,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--base-url",
             default="http://127.0.0.1:8000",
-            help="where the web app listens (the Procfile binds 127.0.0.1:8000)",
+            help="where the web app listens (make run passes its PORT, 8000 by default)",
         )
         parser.add_argument("--interval", type=int, default=10, help="seconds between fires")
 
@@ -127,6 +127,7 @@ class Command(BaseCommand):
     def ensure_job(self, user, base: str, interval: int) -> tuple[Job, bool]:
         job = Job.objects.live().filter(owner=user, name=JOB_NAME).first()
         if job is not None:
+            self.follow_the_port(job, base)
             return job, False
         # The receiver's URL names the job, so the id is chosen before saving.
         job_id = uuid.uuid4()
@@ -142,3 +143,16 @@ class Command(BaseCommand):
         job.save(force_insert=True)
         job.record_event("created", channel=Channel.SYSTEM, changes=changes.initial(values))
         return job, True
+
+    @staticmethod
+    def follow_the_port(job: Job, base: str) -> None:
+        """The demo job calls the receiver where the web app listens now:
+        ``make run PORT=8001`` after a run on 8000 moves its URL, as an edit
+        with its event, so the job never calls whatever else took the port."""
+        url = f"{base}/demo/receiver/{job.pk}/"
+        if job.url == url:
+            return
+        before = changes.snapshot(job, ["url"])
+        job.url = url
+        job.save(update_fields=["url"])
+        job.record_event("updated", channel=Channel.SYSTEM, changes=changes.since(before, job))
