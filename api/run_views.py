@@ -177,6 +177,11 @@ class RunViewSet(ApiViewMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
 
     @extend_schema(
         summary="Retry a failed or missed run",
+        description=(
+            "Puts the run back to `pending`, with the same id and more attempts. A retry counts"
+            " against its job's `triggers_per_minute`, with the job's manual runs and test"
+            " deliveries: over it, 429 with `Retry-After` (403 when the limit is 0)."
+        ),
         request=None,
         responses={200: RunDetailSerializer, 409: error_response("The run is not failed/missed.")},
     )

@@ -116,6 +116,8 @@ class Wakeup:
         self.listening = False
         self.notifications = 0
         self._event: asyncio.Event | None = None
+        # Set once the first LISTEN attempt has ended, connected or not.
+        self._tried: asyncio.Event | None = None
         self._timers: list[float] = []  # monotonic instants, a heap
         # The last (or the pending) claim for finished runs, see completed().
         self._completion_wake = float("-inf")
@@ -130,8 +132,19 @@ class Wakeup:
     def start(self) -> None:
         """On the worker's event loop, before the claim loop first waits."""
         self._event = asyncio.Event()
+        self._tried = asyncio.Event()
         if self.listen:
             self._task = asyncio.create_task(self._listen_loop())
+
+    async def ready(self, timeout: float) -> None:
+        """Wait, at most ``timeout`` seconds, until the LISTEN connection is
+        up or its first attempt has failed (the worker polls meanwhile):
+        the worker connects before its first claim, not beside its first
+        deliveries."""
+        if self._task is None or self._tried is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._tried.wait(), timeout)
 
     async def wait(self, db=None) -> None:
         """Wait until a run may have become claimable. A wake-up that came
@@ -212,6 +225,10 @@ class Wakeup:
 
     # -- the LISTEN connection ------------------------------------------------
 
+    def _tried_once(self) -> None:
+        if self._tried is not None:
+            self._tried.set()
+
     async def _listen_loop(self) -> None:
         backoff = RECONNECT_MIN
         while True:
@@ -220,6 +237,7 @@ class Wakeup:
                 conn = await psycopg.AsyncConnection.connect(**self._conninfo, autocommit=True)
                 await conn.execute(f"LISTEN {CHANNEL}")
                 self.listening = True
+                self._tried_once()
                 backoff = RECONNECT_MIN
                 log.info("listening for wake-ups", extra={"channel": CHANNEL})
                 # Runs announced while this connection was down were never heard.
@@ -241,6 +259,7 @@ class Wakeup:
                     )
             finally:
                 self.listening = False
+                self._tried_once()
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await conn.close()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import errno
 import functools
 import hashlib
@@ -69,6 +70,7 @@ __all__ = [
     "deliver",
     "is_public_address",
     "make_session",
+    "prepare_lookups",
     "resolve_public",
     "secret_key_bytes",
     "sign",
@@ -301,14 +303,13 @@ class GuardedResolver(AbstractResolver):
     ) -> None:
         self._allow_private = allow_private
         self._allow_loopback = allow_loopback
-        # Created lazily: ThreadedResolver needs a running event loop.
-        self._inner = inner
+        # ThreadedResolver needs a running event loop: make the guard there
+        # (make_session() is called on one).
+        self._inner = inner or ThreadedResolver()
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
-        if self._inner is None:
-            self._inner = ThreadedResolver()
         results = await self._inner.resolve(host, port, family=family)
         for result in results:
             address = result["host"]
@@ -325,8 +326,23 @@ class GuardedResolver(AbstractResolver):
         return results
 
     async def close(self) -> None:
-        if self._inner is not None:
-            await self._inner.close()
+        await self._inner.close()
+
+
+async def prepare_lookups(timeout: float) -> None:
+    """Make one lookup now, of ``localhost`` (its answer is not used), within
+    ``timeout`` seconds. A process's first lookup starts the event loop's
+    lookup threads and loads the C library's name-service modules; a worker
+    does it before its first claim, not in a delivery whose lease is already
+    running. A lookup that fails or takes too long only means the first
+    delivery to a host name pays for it."""
+    resolver = ThreadedResolver()
+    try:
+        with contextlib.suppress(OSError, TimeoutError):
+            async with asyncio.timeout(timeout):
+                await resolver.resolve("localhost", 0, family=socket.AF_UNSPEC)
+    finally:
+        await resolver.close()
 
 
 def make_session(

@@ -88,6 +88,9 @@ EXPIRED_EVERY = 1.0
 # At most this many seconds before the database's expiry, a lease this worker
 # could not extend is given up by its own clock (Worker._renewed).
 LAPSE_MARGIN = 1.0
+# The longest a worker's start waits for the LISTEN connection, and for its
+# first name lookup, before its first claim (Worker._prepare).
+PREPARE_WITHIN = 2.0
 
 
 def _not_attempted(outcome: Outcome, error: str) -> webhooks.DeliveryResult:
@@ -528,20 +531,51 @@ class Worker:
             # asyncio's loop raises RuntimeError there, uvloop's ValueError.
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self.stop)
-        self._session = webhooks.make_session(limit=self.concurrency, **self.address_rule)
-        log.info(
-            "worker started",
-            extra={"worker": self.name, "concurrency": self.concurrency, **self._collector},
-        )
-        self._wakeup.start()
-        with contextlib.suppress(DatabaseError):
-            await self._db(self.registration.beat)
+        started = loop.time()
         try:
+            await self._prepare()
+            log.info(
+                "worker started",
+                extra={
+                    "worker": self.name,
+                    "concurrency": self.concurrency,
+                    "prepared_seconds": round(loop.time() - started, 3),
+                    "listening": self._wakeup.listening,
+                    **self._collector,
+                },
+            )
             await asyncio.gather(
                 self._claim_loop(), self._complete_loop(), self._heartbeat_loop(), self._drain()
             )
         finally:
             await self._shutdown()
+
+    async def _prepare(self) -> None:
+        """Do everything done once, before the first claim
+        (docs/operating/processes.md "Start-up"). A claim starts its lease:
+        whatever the first deliveries would pay for once (a session, a first
+        connection, a first name lookup, the keys) would come out of that
+        lease, and on a busy machine could outlast a short one.
+
+        1. The HTTP session (dispatch/webhooks.py), its connector and the
+           resolver that guards its lookups.
+        2. The keys of the secrets (jobs/crypto.py).
+        3. The database thread and its connection, by the fleet row's first
+           beat; a database that does not answer is the claim loop's to
+           report and retry.
+        4. The LISTEN connection (dispatch/wakeup.py) and a first name
+           lookup (``webhooks.prepare_lookups``), side by side, each given at
+           most PREPARE_WITHIN seconds: past it the worker claims anyway,
+           polling until LISTEN is up, and its first lookup is a delivery's.
+        """
+        self._session = webhooks.make_session(limit=self.concurrency, **self.address_rule)
+        crypto.prepare()
+        with contextlib.suppress(DatabaseError):
+            await self._db(self.registration.beat)
+        self._wakeup.start()
+        await asyncio.gather(
+            self._wakeup.ready(PREPARE_WITHIN), webhooks.prepare_lookups(PREPARE_WITHIN)
+        )
 
     def stop(self) -> None:
         self.stopping.set()
@@ -569,8 +603,8 @@ class Worker:
         except DatabaseError:
             pass
         await self._wakeup.close()
-        assert self._session is not None  # set by run() before the loops start
-        await self._session.close()
+        if self._session is not None:  # None only when _prepare() failed first
+            await self._session.close()
         await self._db(connections.close_all)
         self._executor.shutdown(wait=True)
         log.info("worker stopped", extra={"worker": self.name, "delivered": self.delivered})

@@ -12,6 +12,7 @@ refuses to deliver rather than send anything unsigned.
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import secrets
 
@@ -54,6 +55,14 @@ def _fernet_for(keys: tuple[str, ...], secret_key: str) -> MultiFernet:
     if not keys:
         keys = (_derived_key().decode(),)
     return MultiFernet([Fernet(k) for k in keys])
+
+
+def prepare() -> None:
+    """Build the keys now: a derived key costs a key derivation, which a
+    worker pays before its first claim rather than in its first delivery.
+    A key that cannot be read is left to ``decrypt`` to refuse (fail closed)."""
+    with contextlib.suppress(ValueError):
+        _fernet()
 
 
 def encrypt(secret: str) -> str:

@@ -609,7 +609,8 @@ class OwnerLimits(models.Model):
     triggers_per_minute = _override(
         "triggers_per_minute",
         "triggers per minute",
-        "Manual runs of each of this owner's jobs in any minute.",
+        "Manual runs, test deliveries and retries of runs of each of this owner's jobs in any"
+        " minute.",
     )
     note = models.CharField(
         max_length=500, blank=True, default="", help_text="Why this owner has these limits."
@@ -642,3 +643,28 @@ class BackfillUse(models.Model):
 
     def __str__(self) -> str:
         return f"{self.runs} backfill runs at {self.used_at:%Y-%m-%d %H:%M:%S}"
+
+
+class RetryUse(models.Model):
+    """An operator's retry of one of a job's runs, for the job's triggers per
+    minute (jobs/quotas.py), which retries share with manual runs and test
+    deliveries. A manual run is scheduled at its trigger's time, so the runs
+    themselves say when it was made; a retry makes no run (it puts an old
+    one back to pending), so each retry writes a row here, and the job's
+    next retry deletes its rows older than the minute."""
+
+    id = models.BigAutoField(primary_key=True)
+    # No constraint in the database: the bench removes its jobs with plain
+    # SQL (ops/bench/), and a use left behind by a job gone that way is
+    # never read again.
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
+    )
+    # The database's time of the retry.
+    used_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["job", "used_at"], name="retryuse_job_used_idx")]
+
+    def __str__(self) -> str:
+        return f"a retry at {self.used_at:%Y-%m-%d %H:%M:%S}"

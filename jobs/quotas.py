@@ -1,6 +1,7 @@
 """Per-owner limits (docs/guides/owners.md "Owner limits"): how many live jobs
 an owner may have, how short an interval, how many runs their backfills may
-create in an hour, and how often each of their jobs may be triggered in a minute.
+create in an hour, and how often each of their jobs may be triggered (or a run
+of it retried) in a minute.
 
 Every decision and every refusal's wording is here, so the API and the admin
 refuse the same request with the same text. A refusal raises
@@ -10,7 +11,7 @@ refuse the same request with the same text. A refusal raises
 The counts come from the database, under a lock, so that two processes
 cannot both take the last room: job creation holds the owner's row of live
 jobs (``LIVE_JOBS_LOCKED``) and backfill the owner's advisory lock until
-their transaction ends, a trigger holds its job's row.
+their transaction ends, a trigger or a retry holds its job's row.
 The limits follow the job's owner, whoever acts; an owner's row in
 ``OwnerLimits`` replaces the defaults field by field.
 """
@@ -27,7 +28,7 @@ from django.db import connection
 
 from core.errors import LimitExceeded
 from jobs.limits import OWNER_LIMITS
-from jobs.models import LIVE_JOBS_LOCKED, BackfillUse, OwnerLimits
+from jobs.models import LIVE_JOBS_LOCKED, BackfillUse, OwnerLimits, RetryUse
 
 JOBS = "jobs_per_owner"
 MIN_INTERVAL = "min_interval_seconds"
@@ -155,27 +156,39 @@ def jobs_refusal(live: int, count: int, allowed: int) -> LimitExceeded | None:
 # -- rates --------------------------------------------------------------------
 
 
-def check_triggers(owner, earlier: Iterable[dt.datetime], now: dt.datetime) -> None:
-    """Refuse a manual run of a job whose manual runs of the last minute
-    (their times, ``earlier``) already reach the owner's limit. The caller
-    holds the job's row lock, and read ``earlier`` under it."""
+def check_triggers(owner, job_id, manual: Iterable[dt.datetime], now: dt.datetime) -> None:
+    """Refuse a manual run, test delivery or retry of the job ``job_id`` that
+    would pass the owner's triggers per minute: the job's manual runs and
+    test deliveries (their times, ``manual``) and its retries (``RetryUse``)
+    of the last minute share it. The caller holds the job's row lock, and
+    read ``manual`` under it."""
     allowed = limits_for(owner).triggers_per_minute
     if allowed == 0:
         raise LimitExceeded(
             TRIGGERS,
-            f"This owner's jobs may not be triggered by hand ({TRIGGERS} is 0). Ask an"
-            " administrator to raise the limit.",
+            f"This owner's jobs may not be triggered or retried by hand ({TRIGGERS} is 0). Ask"
+            " an administrator to raise the limit.",
         )
-    uses = [(at, 1) for at in earlier]
+    retries = RetryUse.objects.filter(job_id=job_id, used_at__gte=now - TRIGGER_WINDOW)
+    uses = [(at, 1) for at in [*manual, *retries.values_list("used_at", flat=True)]]
     wait = _wait(uses, 1, allowed, TRIGGER_WINDOW, now)
     if wait is None:
         return
     raise LimitExceeded(
         TRIGGERS,
-        f"This job was triggered {len(uses):,} times in the last minute, and may be at most"
-        f" {allowed:,} times a minute ({TRIGGERS}). Try again in {wait:,} s.",
+        f"This job was triggered or retried {len(uses):,} times in the last minute, and may be"
+        f" at most {allowed:,} times a minute ({TRIGGERS}). Try again in {wait:,} s.",
         retry_after=wait,
     )
+
+
+def spend_retry(owner, job_id, manual: Iterable[dt.datetime], now: dt.datetime) -> None:
+    """Count an operator's retry of a run of ``job_id`` against the owner's
+    triggers per minute (``check_triggers``), or refuse it. The caller holds
+    the job's row lock, so two retries cannot both take the last one."""
+    RetryUse.objects.filter(job_id=job_id, used_at__lt=now - TRIGGER_WINDOW).delete()
+    check_triggers(owner, job_id, manual, now)
+    RetryUse.objects.create(job_id=job_id, used_at=now)
 
 
 def spend_backfill(owner, runs: int, now: dt.datetime) -> None:

@@ -47,6 +47,14 @@ Rules (``Rule``), for each job:
 6. **Deliveries** (with the receiver's log): one webhook-id per fire; no
    delivery starts after its job's pause or delete committed; every
    ``succeeded`` webhook run arrived; every webhook-id is a run.
+7. **A live fleet.** Rules 3 and 4 hold only while a dispatcher (a worker)
+   is alive, so a fleet that died whole would pass them: when no
+   dispatcher is running at all and fires of active jobs are overdue past
+   their grace and the tolerance, that is ``no dispatcher``, with how many
+   jobs and since when; when no worker is running and claimable webhook
+   runs have waited past the tolerance, ``no worker``, the same way. A
+   process that is up but has not been up for the tolerance yet is running
+   (it is catching up): neither rule reports then.
 
 Every query that compares runs with spans and jobs is one statement, so it
 reads one snapshot: a dispatcher commits a fire's run together with the job's
@@ -63,6 +71,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from django.db.models import Count, Max, Q
 
 from core.db import DB_NOW_SQL, db_now, dict_cursor
 from core.sql import Placeholder
@@ -96,7 +106,9 @@ class Rule:
     OFF_SCHEDULE = "off schedule"  # a run where its span's schedule never fires
     CATCH_UP_OVER_CAP = "catch-up over cap"  # more catch-up runs in a pause than max_catchup
     UNDISPATCHED = "undispatched"  # next_fire_at left behind while a dispatcher is alive
+    NO_DISPATCHER = "no dispatcher"  # fires overdue, and no dispatcher running at all
     STUCK_WAITING = "stuck waiting"  # claimable, a worker alive, and nobody claims it
+    NO_WORKER = "no worker"  # claimable webhook runs waiting, and no worker running at all
     STUCK_RUNNING = "stuck running"  # past its deadline, or its lease with its worker gone
     NO_REASON = "no reason"  # missed/skipped/cancelled without saying why
     NOT_RUN_BUT_ATTEMPTED = "not run but attempted"  # missed/skipped yet attempted or delivered
@@ -239,6 +251,7 @@ def audit(
         dispatcher_alive=False,
     )
     alive = _alive(now, tolerance)
+    present = _present(now)
     scope.dispatcher_alive = bool(alive[ProcessKind.DISPATCHER])
     report.counts["dispatchers_alive"] = len(alive[ProcessKind.DISPATCHER])
     report.counts["workers_alive"] = len(alive[ProcessKind.WORKER])
@@ -249,6 +262,7 @@ def audit(
     _audit_runs(report, scope)
     _audit_undispatched(report, scope)
     _audit_stuck(report, scope, alive)
+    _audit_dead_fleet(report, scope, present)
     if receiver_log is not None:
         report.receiver_log = str(receiver_log)
         _audit_deliveries(report, scope, list(read_receiver_log(receiver_log)))
@@ -599,14 +613,18 @@ def _audit_runs(report: AuditReport, scope: _Scope) -> None:
 
 
 # Rule 3: active jobs whose next fire is older than their grace allows.
-_UNDISPATCHED = f"""
+_OVERDUE_JOBS = f"""
     WITH {_JOBS}
-    SELECT id, next_fire_at, grace FROM jobs
+    SELECT {{columns}} FROM jobs
     WHERE state = 'active' AND deleted_at IS NULL
       AND next_fire_at < %(now)s - make_interval(secs => grace + %(tol)s)
-    ORDER BY next_fire_at
-    LIMIT {MAX_LISTED}
 """
+_UNDISPATCHED = (
+    _OVERDUE_JOBS.format(columns="id, next_fire_at, grace")
+    + f"    ORDER BY next_fire_at\n    LIMIT {MAX_LISTED}\n"
+)
+# Rule 7, no dispatcher: how many of them there are, and the oldest fire.
+_OVERDUE_TOTAL = _OVERDUE_JOBS.format(columns="count(*) AS n, min(next_fire_at) AS oldest")
 
 
 def _audit_undispatched(report: AuditReport, scope: _Scope) -> None:
@@ -640,18 +658,23 @@ def _alive(now: dt.datetime, tolerance: dt.timedelta) -> dict[str, dict[str, Any
 
 
 # Rule 4, waiting: webhook runs the worker claim (runs/leases.py CLAIM_WAITING)
-# would take: due, of a live job, and not held back by the overlap rule.
-_STUCK_WAITING = f"""
+# would take, claimable for longer than the tolerance: due, of a live job,
+# and not held back by the overlap rule.
+_WAITING_RUNS = f"""
     WITH {_JOBS}
-    SELECT r.id, r.job_id, r.scheduled_at, r.state, r.available_at
+    SELECT {{columns}}
     FROM runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id JOIN jobs ON jobs.id = j.id
     WHERE r.state IN ('pending', 'retrying') AND r.target_kind = 'webhook'
       AND r.available_at <= %(now)s - make_interval(secs => %(tol)s)
       AND j.state = 'active' AND j.deleted_at IS NULL
       AND {ITS_TURN}
-    ORDER BY r.available_at
-    LIMIT {MAX_LISTED}
 """
+_STUCK_WAITING = (
+    _WAITING_RUNS.format(columns="r.id, r.job_id, r.scheduled_at, r.state, r.available_at")
+    + f"    ORDER BY r.available_at\n    LIMIT {MAX_LISTED}\n"
+)
+# Rule 7, no worker: how many of them there are, and since when the oldest.
+_WAITING_TOTAL = _WAITING_RUNS.format(columns="count(*) AS n, min(r.available_at) AS oldest")
 
 # Rule 4, running: every running run of the audited jobs, whatever its fire.
 _RUNNING = f"""
@@ -704,6 +727,57 @@ def _audit_stuck(report: AuditReport, scope: _Scope, alive: dict[str, dict[str, 
             run_id=row["id"],
             scheduled_at=row["scheduled_at"],
         )
+
+
+def _present(now: dt.datetime) -> dict[str, dict[str, Any]]:
+    """By kind: whether any process of it is running (it beat within
+    ALIVE_WITHIN and is not stopping, however long it has been up), and when
+    one was last seen, stopping or not (None: never, or forgotten)."""
+    running = Q(last_seen__gte=now - ALIVE_WITHIN, stopping=False)
+    rows = (
+        ProcessHeartbeat.objects.values("kind")
+        .annotate(seen=Max("last_seen"), running=Count("name", filter=running))
+        .order_by()
+    )
+    present: dict[str, dict[str, Any]] = {
+        kind: {"running": False, "last_seen": None}
+        for kind in (ProcessKind.DISPATCHER, ProcessKind.WORKER)
+    }
+    for row in rows:
+        present[row["kind"]] = {"running": row["running"] > 0, "last_seen": row["seen"]}
+    return present
+
+
+def _audit_dead_fleet(
+    report: AuditReport, scope: _Scope, present: dict[str, dict[str, Any]]
+) -> None:
+    """Rule 7: what is owed while no process of the kind that owes it runs."""
+    checks = [
+        (ProcessKind.DISPATCHER, _OVERDUE_TOTAL, Rule.NO_DISPATCHER),
+        (ProcessKind.WORKER, _WAITING_TOTAL, Rule.NO_WORKER),
+    ]
+    for kind, sql, rule in checks:
+        if present[kind]["running"]:
+            continue
+        with dict_cursor() as cur:
+            cur.execute(sql, scope.params())
+            row = cur.fetchone()
+        if not row["n"]:
+            continue
+        seen = present[kind]["last_seen"]
+        gone = f"last seen {_iso(seen)}" if seen else "none seen"
+        tol = f"{scope.tolerance.total_seconds():g} s"
+        if kind == ProcessKind.DISPATCHER:
+            what = (
+                f"{row['n']} active jobs overdue past their grace and the {tol} tolerance,"
+                f" the oldest fire due since {_iso(row['oldest'])}"
+            )
+        else:
+            what = (
+                f"{row['n']} claimable webhook runs waiting past the {tol} tolerance,"
+                f" the oldest claimable since {_iso(row['oldest'])}"
+            )
+        report.add(rule, f"no {kind} is running ({gone}): {what}")
 
 
 # -- the receiver's log -----------------------------------------------------

@@ -227,8 +227,9 @@ def trigger(
     first one's id.
 
     A new manual run counts against the owner's triggers per minute
-    (jobs/quotas.py), under the job's row lock, so that concurrent triggers
-    cannot pass the limit together; over it, nothing is written.
+    (jobs/quotas.py), with the job's test deliveries and retries, under the
+    job's row lock, so that concurrent triggers cannot pass the limit
+    together; over it, nothing is written.
     """
     now = db_now()
     if idempotency_key is not None:
@@ -290,7 +291,7 @@ def _hand_made_run(
     if current is None:
         raise Job.DoesNotExist("The job was deleted.")
     quotas.check_triggers(
-        current.owner, Run.objects.manual_since(job.pk, now - quotas.TRIGGER_WINDOW), now
+        current.owner, job.pk, Run.objects.manual_since(job.pk, now - quotas.TRIGGER_WINDOW), now
     )
     run = Run.for_job(
         job, id=run_id, scheduled_at=now, available_at=now, kind=kind, max_attempts=max_attempts

@@ -22,6 +22,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from core.db import db_now
+from jobs import quotas
 from jobs.schedules import jitter_offset
 from runs import identity, notify, partitions
 
@@ -437,7 +438,18 @@ class Run(models.Model):
 
         ``attempt`` keeps counting up (it is the fencing token), so the budget
         is extended instead of reset.
+
+        A retry counts against the owner's triggers per minute, with the
+        job's manual runs and test deliveries (jobs/quotas.py): each one
+        delivers the fire again, so a loop of retries could otherwise send a
+        receiver what the limit keeps manual runs from sending. It is counted
+        under the job's row lock, as a trigger is, so that concurrent retries
+        and triggers cannot pass the limit together; over it, the retry is
+        refused (``LimitExceeded``) and nothing is written.
         """
+        job = self.job.locked()
+        if job is None:
+            raise RetryNotAllowed("the run's job was deleted")
         now = db_now()
         updated = Run.objects.filter(
             pk=self.pk, state__in=[RunState.FAILED, RunState.MISSED]
@@ -448,7 +460,7 @@ class Run(models.Model):
             finished_at=None,
             lease_owner="",
             lease_until=None,
-            max_attempts=self.attempt + self.job.max_attempts,
+            max_attempts=self.attempt + job.max_attempts,
         )
         # Guard: two operators retrying at once, or a run that changed state
         # since the page was loaded; only one retry may win.
@@ -456,6 +468,10 @@ class Run(models.Model):
             raise RetryNotAllowed(
                 f"only failed or missed runs can be retried (run is {self.state})"
             )
+        # After the guard, so that a run that cannot be retried is a conflict
+        # whatever the count; a refusal here rolls the update back.
+        since = now - quotas.TRIGGER_WINDOW
+        quotas.spend_retry(job.owner, job.pk, Run.objects.manual_since(job.pk, since), now)
         # Waiting again, and maybe older than the active floor that bounds
         # the claims: lowered in this transaction, so the run is claimable
         # as soon as it commits (runs/partitions.py "The active floor").

@@ -64,8 +64,15 @@ def receiver_clock(db_time: dt.datetime) -> float:
         return float(cur.fetchone()[0])
 
 
-def beat(kind: str, name: str | None = None) -> str:
-    """A live fleet member: its heartbeat row, up for an hour, seen just now."""
+def beat(
+    kind: str,
+    name: str | None = None,
+    *,
+    up: dt.timedelta = dt.timedelta(hours=1),
+    stopping: bool = False,
+) -> str:
+    """A live fleet member: its heartbeat row, up for ``up`` (an hour), seen
+    just now."""
     now = db_now()
     name = name or f"{kind}-{uuid.uuid4().hex[:6]}"
     ProcessHeartbeat.objects.update_or_create(
@@ -74,8 +81,9 @@ def beat(kind: str, name: str | None = None) -> str:
             kind=kind,
             host="test",
             pid=os.getpid(),
-            started_at=now - dt.timedelta(hours=1),
+            started_at=now - up,
             last_seen=now,
+            stopping=stopping,
         ),
     )
     return name
@@ -101,6 +109,13 @@ def runs_of(job: Job) -> list[Run]:
 
 def succeed(runs) -> None:
     Run.objects.filter(pk__in=[r.pk for r in runs]).update(state="succeeded", attempt=1)
+
+
+def delivered(*jobs: Job) -> None:
+    """Every waiting run of ``jobs`` delivered, as a live worker would have
+    delivered it: a claimable run left waiting with no worker running is
+    the ``no worker`` rule's."""
+    succeed(Run.objects.filter(job__in=jobs, state__in=["pending", "retrying"]))
 
 
 def log_line(webhook_id, run: Run, t: float | None = None) -> dict:
@@ -182,6 +197,7 @@ def test_a_clean_history_passes_and_the_command_exits_zero(owner, tmp_path):
 
 def test_a_gap_is_reported_with_its_slot_and_fails_the_command(owner):
     job = minute_job(owner)
+    delivered(job)
     gone = runs_of(job)[2]
     gone.delete()
 
@@ -195,6 +211,7 @@ def test_a_run_off_its_schedule_is_reported_and_masks_no_gap(owner):
     """An off-slot run in the same span as a missing fire: the count would
     balance, but the run is not on a slot, so both are reported."""
     job = minute_job(owner)
+    delivered(job)
     runs = runs_of(job)
     runs[3].delete()
     stray = Run.objects.create(job=job, scheduled_at=runs[3].scheduled_at + 30 * S)
@@ -224,6 +241,7 @@ def test_two_runs_for_one_fire_are_found_once_the_unique_key_is_gone(owner):
 
 def test_more_counted_than_missing_is_a_count_mismatch(owner):
     job = minute_job(owner)
+    delivered(job)
     ScheduleSpan.objects.filter(job=job).update(missed_count=2)
     [mismatch] = audit().violations
     assert mismatch.rule == Rule.COUNT_MISMATCH and "counts 2 missed fires" in mismatch.message
@@ -264,6 +282,8 @@ def test_reasons_attempts_and_deliveries_of_runs_that_never_ran(owner, tmp_path)
     succeed(runs[:3])
     Run.objects.filter(pk=runs[3].pk).update(state="missed", reason="")
     Run.objects.filter(pk=runs[4].pk).update(state="skipped", reason="overlap")
+    # The rest wait, not yet claimable (a worker's backoff).
+    Run.objects.filter(pk__in=[r.pk for r in runs[5:]]).update(available_at=db_now() + MIN)
     log = write_log(tmp_path / "r.jsonl", [log_line(r.pk, r) for r in (runs[0], runs[1], runs[4])])
 
     report = audit(receiver_log=log)
@@ -295,6 +315,53 @@ def test_a_fire_under_two_webhook_ids_exits_one_on_the_real_command_line(owner, 
     out, err = capsys.readouterr()
     assert "two ids for one fire" in out and str(impostor) in out
     assert "audit failed: 2 violations" in err
+
+
+def test_a_dead_fleet_is_reported_with_what_waits_and_since_when(owner):
+    """The fleet was alive, dispatching and delivering; then every process
+    stopped beating. The audit names each rule once, for the whole fleet,
+    with how much is owed and since when."""
+    beat("dispatcher", "d1")
+    beat("worker", "w1")
+    jobs = [minute_job(owner) for _ in range(3)]
+    minute_job(owner, target_kind="pull", url="")  # its runs wait for the owner's workers
+    webhook = Run.objects.filter(job__in=jobs, state="pending")
+    waiting = webhook.count()
+    oldest_run = min(webhook.values_list("available_at", flat=True))
+    oldest_fire = min(j.next_fire_at for j in Job.objects.filter(pk__in=[j.pk for j in jobs]))
+    seen = ProcessHeartbeat.objects.get(name="d1").last_seen
+    shift(150)  # every next fire is now past its 60 s grace and the 10 s tolerance
+    beat("worker", "w2", stopping=True)  # a worker draining on its way out claims nothing
+
+    report = audit()
+    assert report.rules() == {Rule.NO_DISPATCHER: 1, Rule.NO_WORKER: 1}, report.render()
+    [dispatch] = report.of_rule(Rule.NO_DISPATCHER)
+    assert f"last seen {iso(seen)}" in dispatch.message
+    assert "4 active jobs overdue" in dispatch.message  # the pull job's fires are owed too
+    assert f"the oldest fire due since {iso(oldest_fire)}" in dispatch.message
+    [work] = report.of_rule(Rule.NO_WORKER)
+    assert f"{waiting} claimable webhook runs waiting" in work.message
+    assert f"the oldest claimable since {iso(oldest_run)}" in work.message
+    text = fails_naming("no dispatcher")
+    assert "FAIL: 2 violations (no dispatcher 1, no worker 1)" in text
+    assert "0 dispatchers and 0 workers alive" in text
+
+
+def test_a_fleet_that_is_starting_is_not_dead(owner):
+    """A process up for less than the tolerance is catching up: it is not
+    alive for ``undispatched`` and ``stuck waiting`` yet, but it runs, so
+    the fleet is not dead either; nor is anything owed within the grace."""
+    job = minute_job(owner)
+    assert audit().rules() == {Rule.NO_WORKER: 1}  # its runs wait; the next fire is not late
+    shift(150)
+    beat("dispatcher", up=dt.timedelta(seconds=1))
+    beat("worker", up=dt.timedelta(seconds=1))
+    report = audit()
+    assert report.ok, report.render()
+    assert report.counts["dispatchers_alive"] == report.counts["workers_alive"] == 0
+    job_verbs.pause(job)  # nothing owed: none is late, whoever runs
+    ProcessHeartbeat.objects.all().delete()
+    assert audit().ok
 
 
 # -- the mutation check --------------------------------------------------------
@@ -367,6 +434,25 @@ def delivery_after_a_delete(owner, tmp_path):
     return ("--receiver-log", write_log(tmp_path / "r.jsonl", lines))
 
 
+def dead_dispatcher(owner, tmp_path):
+    """The only dispatcher dies (its heartbeat stops) while its jobs' fires
+    fall due: the old auditor judged ``undispatched`` only while a
+    dispatcher was alive, and called the dead fleet OK."""
+    beat("dispatcher")
+    delivered(minute_job(owner))
+    shift(150)  # the next fire is past its 60 s grace and the 10 s tolerance
+    return ()
+
+
+def dead_worker(owner, tmp_path):
+    """The only worker dies while runs wait to be claimed: the old auditor
+    judged ``stuck waiting`` only while a worker was alive."""
+    beat("worker")
+    minute_job(owner)  # its runs are claimable, and wait
+    shift(30)  # the worker's last beat is older than a live one's
+    return ()
+
+
 def second_id_for_one_fire(owner, tmp_path):
     job = minute_job(owner)
     runs = runs_of(job)
@@ -404,6 +490,8 @@ def delivery_after_a_pause(owner, tmp_path):
         (fire_dropped_before_a_pause, "gap"),
         (gap_before_a_schedule_edit, "gap"),
         (starved_pending_run, "stuck waiting"),
+        (dead_dispatcher, "no dispatcher"),
+        (dead_worker, "no worker"),
         (delivery_after_a_delete, "delivered after delete"),
         (delivery_after_a_pause, "delivered after pause"),
         (second_id_for_one_fire, "two ids for one fire"),
@@ -453,6 +541,7 @@ def test_a_1s_job_through_a_200s_outage_records_100_and_counts_the_rest(owner):
     job.refresh_from_db()
     missed = Run.objects.filter(job=job, state="missed").count()
     assert missed == 100 and job.missed_count > 30
+    delivered(job)
 
     report = audit()
     assert report.ok, report.render()
@@ -470,6 +559,7 @@ def test_a_per_minute_cron_through_a_24h_outage_audits_clean(owner):
     job.refresh_from_db()
     assert Run.objects.filter(job=job, state="missed").count() == 100
     assert job.missed_count > 1300
+    delivered(job)
 
     report = audit()
     assert report.ok, report.render()
@@ -508,6 +598,7 @@ def test_pause_edit_resume_and_delete_through_the_verbs_audit_clean(owner):
     assert made_by_resume.count() == 2
     assert Run.objects.filter(job=a, state="skipped", reason="paused").exists()
     assert ScheduleSpan.objects.filter(job__in=[a, b]).count() == 4 + 5
+    delivered(a, b)
 
     report = audit()
     assert report.ok, report.render()
@@ -538,6 +629,6 @@ def test_bad_arguments_are_a_clear_usage_error(args, message):
 
 
 def test_naive_times_are_read_as_utc(owner):
-    minute_job(owner)
+    delivered(minute_job(owner))
     text = audit_fires("--since", "2026-06-01T11:00:00", "--until", "2026-06-01 13:00")
     assert "2026-06-01T11:00:00Z .. 2026-06-01T13:00:00Z" in text

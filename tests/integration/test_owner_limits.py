@@ -31,11 +31,20 @@ from django.urls import reverse
 
 from core.db import db_now
 from core.errors import LimitExceeded
+from dispatch.worker import Worker
 from jobs import quotas
-from jobs.models import BackfillUse, IdempotencyKey, Job, JobEvent, OwnerLimits, ScheduleSpan
+from jobs.models import (
+    BackfillUse,
+    IdempotencyKey,
+    Job,
+    JobEvent,
+    OwnerLimits,
+    RetryUse,
+    ScheduleSpan,
+)
 from runs import job_verbs
 from runs.models import Run
-from tests.admin_support import PASSWORD, make_owner
+from tests.admin_support import PASSWORD, make_owner, make_run
 from tests.factories import make_job
 from tests.integration.api.support import PUBLIC_URL, token_client
 from tests.integration.races import start, wait_until_blocked_or_done
@@ -52,7 +61,7 @@ LATER = {"start": "2026-01-01T03:00:00Z", "end": "2026-01-01T06:00:00Z"}  # 3 mo
 
 def footprint() -> dict[str, int]:
     """Every table a refused request might have written to."""
-    tables = (Job, Run, JobEvent, ScheduleSpan, BackfillUse, IdempotencyKey)
+    tables = (Job, Run, JobEvent, ScheduleSpan, BackfillUse, RetryUse, IdempotencyKey)
     return {model.__name__: model.objects.count() for model in tables}
 
 
@@ -134,6 +143,8 @@ class Case:
     admin: Callable[[Client, Job | None], tuple[bool, list[str]]] | None
     status: int
     override: dict = field(default_factory=dict)
+    # The test's id, when two cases hit the same limit.
+    name: str = ""
 
 
 def two_jobs(owner, api) -> None:
@@ -176,6 +187,39 @@ def trigger_in_admin(client: Client, job) -> tuple[bool, list[str]]:
     )
     texts = shown(response)
     refused = [t.split(": ", 1)[1] for t in texts if "was not triggered" in t]
+    return not refused, refused
+
+
+def failed_run(job: Job) -> Run:
+    """The job's one run, failed: when a retry made it pending again, the
+    worker's own code delivers it, and it fails: nothing listens at the
+    factory's target (port 9 of this host), and the job has one attempt."""
+    run = Run.objects.get(job=job)
+    if run.state != "failed":
+        assert Worker(concurrency=1, lease_seconds=5, allow_private=True).run_once() == 1
+        run.refresh_from_db()
+    assert run.state == "failed", run.state
+    return run
+
+
+def job_with_a_retried_run(owner, api) -> Job:
+    """A job whose manual run failed, was retried once and failed again:
+    two of its triggers per minute used, the trigger's and the retry's."""
+    job = make_job(owner, max_attempts=1)
+    assert trigger(api, job).status_code == 201
+    assert retry(api, job).status_code == 200
+    return job
+
+
+def retry(api, job):
+    return api.post(f"/api/v1/runs/{failed_run(job).pk}/retry/")
+
+
+def retry_in_admin(client: Client, job) -> tuple[bool, list[str]]:
+    run = failed_run(job)
+    response = client.post(reverse("admin:runs_run_retry", args=[run.pk]), follow=True)
+    texts = shown(response)
+    refused = [t.split(": ", 1)[1] for t in texts if "was not retried" in t]
     return not refused, refused
 
 
@@ -222,8 +266,18 @@ CASES = [
         429,
         {"triggers_per_minute": 4},
     ),
+    Case(
+        quotas.TRIGGERS,
+        ("PUNCTUAL_TRIGGERS_PER_MINUTE", 2),
+        job_with_a_retried_run,
+        retry,
+        retry_in_admin,
+        429,
+        {"triggers_per_minute": 4},
+        name="triggers_per_minute (a retry)",
+    ),
 ]
-IDS = [case.limit for case in CASES]
+IDS = [case.name or case.limit for case in CASES]
 
 
 @pytest.fixture
@@ -420,6 +474,75 @@ def test_triggers_are_counted_per_job(settings, ann, ann_api):
     assert trigger(ann_api, one).status_code == 429
 
 
+def test_a_failed_run_retried_past_the_limit_is_refused_and_stays_failed(settings, ann, ann_api):
+    """One failed run, retried again and again within a minute: the limit's
+    retries pass, each one delivered and failed again by the worker; the
+    next is a 429 that names the limit and writes nothing."""
+    settings.PUNCTUAL_TRIGGERS_PER_MINUTE = 5
+    job = make_job(ann, max_attempts=1)
+    run = make_run(job, state="failed", attempt=1)
+    for _ in range(5):
+        assert retry(ann_api, job).status_code == 200
+    failed_run(job)
+    before = footprint()
+    events = list(JobEvent.objects.values_list("pk", flat=True))
+
+    answer = retry(ann_api, job)
+    assert answer.status_code == 429, answer.content
+    text = api_refusal(answer, quotas.TRIGGERS)
+    assert "retried 5 times in the last minute" in text and "at most 5 times" in text
+    assert 1 <= int(answer["Retry-After"]) <= 60
+    run.refresh_from_db()
+    assert (run.state, run.attempt, run.max_attempts) == ("failed", 6, 6)
+    assert footprint() == before
+    assert list(JobEvent.objects.values_list("pk", flat=True)) == events
+
+
+def test_retries_and_manual_runs_share_the_job_s_limit(settings, ann, ann_api):
+    settings.PUNCTUAL_TRIGGERS_PER_MINUTE = 2
+    job = make_job(ann, max_attempts=1)
+    run = make_run(job, state="failed", attempt=1)
+    assert retry(ann_api, job).status_code == 200
+    failed_run(job)
+    assert trigger(ann_api, job).status_code == 201
+    assert ann_api.post(f"/api/v1/runs/{run.pk}/retry/").status_code == 429
+    assert trigger(ann_api, job).status_code == 429
+    other = make_job(ann, max_attempts=1)  # counted per job
+    make_run(other, state="failed", attempt=1)
+    assert retry(ann_api, other).status_code == 200
+
+
+def test_retries_older_than_the_minute_are_swept_and_free_the_limit(settings, ann, ann_api):
+    settings.PUNCTUAL_TRIGGERS_PER_MINUTE = 1
+    job = make_job(ann, max_attempts=1)
+    make_run(job, state="failed", attempt=1)
+    assert retry(ann_api, job).status_code == 200
+    assert retry(ann_api, job).status_code == 429
+    # A minute later (by the database's clock, as the uses were stamped).
+    RetryUse.objects.update(used_at=db_now() - dt.timedelta(minutes=1, seconds=1))
+    assert retry(ann_api, job).status_code == 200
+    assert RetryUse.objects.count() == 1  # the expired use was swept
+
+
+def test_the_admin_retry_action_reports_the_runs_the_limit_refused(settings, ann, ann_admin):
+    settings.PUNCTUAL_TRIGGERS_PER_MINUTE = 2
+    job = make_job(ann, name="nightly", max_attempts=1)
+    runs = [make_run(job, state="failed", attempt=1, ago=60 * (i + 1)) for i in range(3)]
+    response = ann_admin.post(
+        reverse("admin:runs_run_changelist"),
+        {"action": "retry_runs", "_selected_action": [str(r.pk) for r in runs]},
+        follow=True,
+    )
+    texts = shown(response)
+    assert texts[0] == "Retried 2 runs."
+    assert texts[1].startswith("1 run of “nightly” not retried: This job was triggered or retried")
+    assert sorted(Run.objects.filter(job=job).values_list("state", flat=True)) == [
+        "failed",
+        "pending",
+        "pending",
+    ]
+
+
 def test_an_edit_below_the_minimum_interval_is_refused_and_an_old_interval_kept(
     settings, ann, ann_api, ann_admin
 ):
@@ -571,6 +694,22 @@ def test_two_triggers_racing_for_the_last_one_do_not_both_pass(settings, owner):
         other.result()
     assert refused.value.limit == quotas.TRIGGERS
     assert Run.objects.filter(kind="manual").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_and_a_trigger_racing_for_the_last_one_do_not_both_pass(settings, owner):
+    settings.PUNCTUAL_TRIGGERS_PER_MINUTE = 1
+    job = make_job(owner)
+    run = make_run(job, state="failed", attempt=1)
+    other = race(
+        lambda: Run.objects.get(pk=run.pk).retry(),
+        lambda: job_verbs.trigger(Job.objects.get(pk=job.pk), idempotency_key="second"),
+    )
+    with pytest.raises(LimitExceeded) as refused:
+        other.result()
+    assert refused.value.limit == quotas.TRIGGERS
+    assert not Run.objects.filter(kind="manual").exists()
+    assert RetryUse.objects.count() == 1
 
 
 @pytest.mark.django_db(transaction=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from jobs import crypto
 from ops.bench import processes as bench
 from runs import job_verbs
 from runs.leases import DEADLINE_GRACE_SECONDS
-from runs.models import Run
+from runs.models import Attempt, Run
 from tests.factories import make_job
 from tests.processes.conftest import process_env, wait_until
 
@@ -320,3 +321,37 @@ def test_the_long_running_processes_settle_their_garbage_collector_first(process
         assert f"gc_thresholds={collector.THRESHOLDS}" in line, line
         frozen = int(line.split("gc_frozen=")[1].split()[0])
         assert frozen > 10_000, line  # Django and every library loaded by then
+
+
+def test_the_first_deliveries_after_a_start_on_a_busy_machine_keep_their_lease(
+    owner, processes, receiver
+):
+    """A worker starts with a full first batch of runs already due, while a
+    busy loop keeps every core of the machine busy. It does what it does
+    once before its first claim (docs/operating/processes.md "Start-up"),
+    so its first deliveries are not what its start-up costs: each run
+    succeeds at attempt 1, and no attempt is lost to an expired 5 s lease
+    and delivered again."""
+    runs = [job_verbs.trigger(make_job(owner, url=receiver.url("ok"))) for _ in range(200)]
+    ids = [r.pk for r in runs]
+    hogs = [
+        processes.start("-c", "while True: pass", name="busy-loop")
+        for _ in range(os.cpu_count() or 1)
+    ]
+    worker = processes.manage("work", "--lease-seconds", "5")
+    try:
+        wait_until(
+            lambda: not Run.objects.filter(pk__in=ids, state__in=["pending", "running"]).exists(),
+            timeout=120,
+            message="the first batch to be delivered",
+        )
+    finally:
+        for hog in hogs:
+            processes.stop(hog, signal.SIGKILL)
+    assert set(Run.objects.filter(pk__in=ids).values_list("state", "attempt")) == {("succeeded", 1)}
+    outcomes = list(Attempt.objects.filter(run_id__in=ids).values_list("number", "outcome"))
+    assert sorted(outcomes) == [(1, "succeeded")] * len(ids)
+    started = next(
+        line for line in Path(worker.log_path).read_text().splitlines() if "worker started" in line
+    )
+    assert "listening=True" in started and "prepared_seconds=" in started, started

@@ -54,8 +54,9 @@ class Command(BaseCommand):
     help = (
         "Audit fires (all of them, or those in [--since, --until)) against the schedule history:"
         " every slot of every active stretch has exactly one run or is counted as missed, no run"
-        " is off schedule, nothing due is left undispatched or unclaimed while the fleet is"
-        " alive, no run is stuck, and (with --receiver-log) every success was delivered under one"
+        " is off schedule, nothing due is left undispatched or unclaimed (by a live fleet, or"
+        " because no dispatcher or no worker runs at all), no run is stuck, and (with"
+        " --receiver-log) every success was delivered under one"
         " webhook-id and nothing was delivered after a pause or delete. Prints a report with"
         " each violation's rule and exits 1 on any violation, 2 on a bad argument. Naive times"
         " are read as UTC."

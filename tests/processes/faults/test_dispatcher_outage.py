@@ -24,6 +24,7 @@ from collections import Counter
 import pytest
 
 from core.db import db_now
+from runs import job_verbs
 from runs.models import Run
 from tests.factories import make_job
 from tests.processes.conftest import wait_until
@@ -136,4 +137,10 @@ def test_outage_past_grace_follows_each_misfire_policy_exactly(owner, processes,
             assert catch_up_deliveries[str(job.pk)] == cap
         assert all(r.attempt == 0 for r in recovery if r.state == "missed")
 
+    # The scenario is over and its dispatcher stopped. Paused, the jobs owe
+    # nothing more: with their 2 s grace, the fires due since the stop would
+    # be the auditor's "no dispatcher" a few seconds after it, however long
+    # the drain above took.
+    for job in jobs:
+        job_verbs.pause(job, note="scenario over")
     assert_audit_clean(since, receiver=receiver, jobs=jobs)
