@@ -35,7 +35,6 @@ __all__ = [
     "is_allowed_address",
     "is_loopback_address",
     "is_public_address",
-    "memo_resolver",
     "parse_target",
     "refuse_non_public",
     "system_resolve",
@@ -271,27 +270,6 @@ def system_resolve(host: str) -> list[str]:
     path, look hosts up through jobs/lookups.py, which bounds the wait."""
     infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     return [str(info[4][0]) for info in infos]
-
-
-def memo_resolver() -> Callable[[str], list[str]]:
-    """A resolver that looks each host up once: for URLs judged together (a
-    bulk create of many jobs to one receiver), so that a batch costs one DNS
-    lookup per host rather than one per job. A failed lookup is remembered
-    too, and fails every URL with that host the same way."""
-    answers: dict[str, list[str] | OSError | UnicodeError] = {}
-
-    def resolve(host: str) -> list[str]:
-        if host not in answers:
-            try:
-                answers[host] = system_resolve(host)
-            except (OSError, UnicodeError) as exc:
-                answers[host] = exc
-        answer = answers[host]
-        if isinstance(answer, list):
-            return answer
-        raise answer
-
-    return resolve
 
 
 def check_url(
