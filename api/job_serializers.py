@@ -279,8 +279,10 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
                 check_url(
                     value,
                     **configured_rule(),
-                    # A bulk create passes one resolver for all its items.
-                    resolve=self.context.get("resolve"),
+                    # The view looked the request's host names up before
+                    # its transaction (jobs/lookups.py); a bulk create, each
+                    # name once for all its items.
+                    resolve=self.context["resolve"],
                 )
             except UnsafeTargetError as exc:
                 raise serializers.ValidationError(str(exc)) from None

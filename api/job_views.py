@@ -12,6 +12,7 @@ under us nor have its advance overwritten by our save of a stale copy.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import zoneinfo
 from typing import Any
 
@@ -57,13 +58,12 @@ from core.api_errors import UnprocessableKey, error_response
 from core.api_fields import EmptySerializer
 from core.db import DB_NOW_SQL, bound_cursor, db_now
 from core.paginators import ApiCursor
-from jobs import changes, idempotency, quotas
+from jobs import changes, idempotency, lookups, quotas
 from jobs.creation import create_jobs
 from jobs.display import describe_schedule
 from jobs.limits import OWNER_LIMITS
 from jobs.models import Channel, Job, JobEvent, OwnerLimits
 from jobs.schedules import Schedule
-from jobs.targets import memo_resolver
 from runs import job_verbs
 from runs.job_verbs import MAX_BACKFILL
 from runs.models import Run
@@ -158,6 +158,23 @@ CREATE_CONTEXT = f"""
 """
 
 
+def _check_list_size(items: Items) -> None:
+    """A bulk create's list holds 1 to ``MAX_BULK_CREATE`` jobs."""
+    if not items:
+        raise serializers.ValidationError(
+            {"non_field_errors": ["Send one job, or a list of 1 to 1,000 jobs."]}
+        )
+    if len(items) > MAX_BULK_CREATE:
+        raise serializers.ValidationError(
+            {
+                "non_field_errors": [
+                    f"At most {MAX_BULK_CREATE:,} jobs per request (got {len(items):,});"
+                    " send them in several requests."
+                ]
+            }
+        )
+
+
 def _create_context(owner, items: list) -> tuple[dt.datetime, quotas.Limits, set[str]]:
     """The database time, ``owner``'s limits, and the names among ``items``
     their live jobs hold."""
@@ -243,52 +260,66 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
     def retrieve(self, request, pk=None):
         return self.job_response(self.get_job())
 
+    def _look_up_hosts(self, items: Items) -> lookups.Answers:
+        """The host names of the webhook URLs ``items`` send, looked up now,
+        before any transaction (jobs/lookups.py): the serializer's ``resolve``."""
+        urls = [item.get("url") for item in items if isinstance(item, dict)]
+        try:
+            return lookups.look_up_hosts(urls, owner=self.request.user.pk)
+        except lookups.TooManyHosts as exc:
+            raise serializers.ValidationError({"non_field_errors": [str(exc)]}) from None
+
     def create(self, request):
         # One job (a JSON object), or up to 1,000 (a JSON list), all or none.
-        response = idempotency.respond(request, lambda: self._create(request))
+        response = idempotency.respond(request, lambda: self._check_create(request))
         if response.status_code == status.HTTP_201_CREATED and isinstance(response.data, dict):
             # A single create, first answered or replayed: where the job lives.
             # A list has no one URL, and answers none.
             response["Location"] = reverse("job-detail", args=[response.data["id"]])
         return response
 
-    def _create(self, request: Request) -> Response:
+    def _check_create(self, request: Request) -> idempotency.Write:
+        """Validate a create, outside any transaction (an Idempotency-Key's
+        included): its host names are looked up first, all at once. Return
+        the write."""
         if isinstance(request.data, list):
-            return self._create_many(request, request.data)
+            _check_list_size(request.data)
+            return self._check_many(request, request.data, self._look_up_hosts(request.data))
+        resolve = self._look_up_hosts([request.data])
         now, limits, taken = _create_context(request.user, [request.data])
         # One serializer both ways: building DRF fields costs more than using them.
         # A new job has no runs, so no query looks for its last one.
         body = JobSerializer(
             data=request.data,
             context=self.context(
-                owner=request.user, now=now, last_runs={}, limits=limits, taken_names=taken
+                owner=request.user,
+                now=now,
+                last_runs={},
+                limits=limits,
+                taken_names=taken,
+                resolve=resolve,
             ),
         )
         body.is_valid(raise_exception=True)
-        [(job, secret)] = self._insert(request, [body.validated_data], now, limits)
-        warnings = ScheduleWarnings(now)(job.cron, job.timezone)
-        data = {**body.to_representation(job), "secret": secret, "warnings": warnings}
-        return Response(data, status=status.HTTP_201_CREATED, headers={"ETag": etag(job.version)})
 
-    def _create_many(self, request: Request, items: Items) -> Response:
+        def write() -> Response:
+            [(job, secret)] = self._insert(request, [body.validated_data], now, limits)
+            warnings = ScheduleWarnings(now)(job.cron, job.timezone)
+            data = {**body.to_representation(job), "secret": secret, "warnings": warnings}
+            headers = {"ETag": etag(job.version)}
+            return Response(data, status=status.HTTP_201_CREATED, headers=headers)
+
+        return write
+
+    def _check_many(
+        self, request: Request, items: Items, resolve: lookups.Answers
+    ) -> idempotency.Write:
         """A bulk create: each item is validated exactly as a single create
         (the same serializer, one instance for all items), and the errors are
         named by index: ``{"3": {"cron": ["..."]}}``. Any error, and nothing is
         written. The set-based parts (the name clash check, the inserts of the
-        jobs, their spans and their events) are one statement each."""
-        if not items:
-            raise serializers.ValidationError(
-                {"non_field_errors": ["Send one job, or a list of 1 to 1,000 jobs."]}
-            )
-        if len(items) > MAX_BULK_CREATE:
-            raise serializers.ValidationError(
-                {
-                    "non_field_errors": [
-                        f"At most {MAX_BULK_CREATE:,} jobs per request (got {len(items):,});"
-                        " send them in several requests."
-                    ]
-                }
-            )
+        jobs, their spans and their events) are one statement each. Their
+        host names were looked up before (``resolve``), each once."""
         now, limits, taken = _create_context(request.user, items)
         body = JobSerializer(
             context=self.context(
@@ -296,7 +327,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
                 now=now,
                 last_runs={},
                 taken_names=taken,
-                resolve=memo_resolver(),
+                resolve=resolve,
                 limits=limits,
             )
         )
@@ -315,20 +346,24 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             valid.append(attrs)
         if errors:
             raise serializers.ValidationError(errors)
-        # Validating a thousand jobs takes a while: the jobs start from the
-        # database's time as they are written, not as the request arrived.
-        now = db_now()
-        created = self._insert(request, valid, now, limits)
-        warnings = ScheduleWarnings(now)
-        data = [
-            {
-                **body.to_representation(job),
-                "secret": secret,
-                "warnings": warnings(job.cron, job.timezone),
-            }
-            for job, secret in created
-        ]
-        return Response(data, status=status.HTTP_201_CREATED)
+
+        def write() -> Response:
+            # Validating a thousand jobs takes a while: the jobs start from the
+            # database's time as they are written, not as the request arrived.
+            now = db_now()
+            created = self._insert(request, valid, now, limits)
+            warnings = ScheduleWarnings(now)
+            data = [
+                {
+                    **body.to_representation(job),
+                    "secret": secret,
+                    "warnings": warnings(job.cron, job.timezone),
+                }
+                for job, secret in created
+            ]
+            return Response(data, status=status.HTTP_201_CREATED)
+
+        return write
 
     def _insert(
         self, request: Request, validated: Validated, now: dt.datetime, limits: quotas.Limits
@@ -373,12 +408,17 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         return self._update(request, partial=True)
 
     def _update(self, request: Request, *, partial: bool) -> Response:
+        # Before the job's row is locked: no connection waits on DNS.
+        resolve = self._look_up_hosts([request.data])
         now = db_now()
         with transaction.atomic():
             job = self.get_job(lock=True)
             check_if_match(request, job.version)
             body = JobSerializer(
-                job, data=request.data, partial=partial, context=self.context(now=now)
+                job,
+                data=request.data,
+                partial=partial,
+                context=self.context(now=now, resolve=resolve),
             )
             body.is_valid(raise_exception=True)
             # Only what the request changed (job_verbs.edit): the row is
@@ -441,7 +481,8 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
     def trigger(self, request, pk=None):
         self.get_job()  # 404 before the key is looked at
         EmptySerializer(data=request.data).is_valid(raise_exception=True)
-        return idempotency.respond(request, lambda: self._trigger(request))
+        # Nothing more to check: the write is all.
+        return idempotency.respond(request, lambda: functools.partial(self._trigger, request))
 
     def _trigger(self, request: Request) -> Response:
         with transaction.atomic():

@@ -22,7 +22,7 @@ from django.utils.html import format_html, format_html_join
 
 from core import strict_json
 from core.time_bounds import range_problem
-from jobs import quotas, schedules
+from jobs import lookups, quotas, schedules
 from jobs.limits import (
     MAX_LENGTHS,
     PAYLOAD_DEPTH,
@@ -211,6 +211,10 @@ class JobForm(forms.ModelForm):
     # The owner of a new job when the form has no owner field (non-superusers).
     # Set per request by JobAdmin.get_form.
     default_owner: User | None = None
+    # The answers for the posted URL's host name, looked up before the
+    # admin's transaction opened (JobAdmin.changeform_view, jobs/lookups.py).
+    # Set per request by JobAdmin.get_form.
+    url_answers: lookups.Answers | None = None
 
     class Meta:
         model = Job
@@ -364,8 +368,10 @@ class JobForm(forms.ModelForm):
         if not url:
             self.add_error("url", "A webhook job needs a URL.")
             return
+        # The form is cleaned inside the admin's transaction: never look up here.
+        assert self.url_answers is not None, "JobAdmin.changeform_view looks the URL up first"
         try:
-            check_url(url, **configured_rule())
+            check_url(url, **configured_rule(), resolve=self.url_answers)
         except UnsafeTargetError as exc:
             self.add_error("url", str(exc))
             return

@@ -47,7 +47,7 @@ from console.new_secrets import VERIFY_SNIPPET, pop_secret, stash_secret
 from console.recent import recent_runs
 from core.admin_base import OwnerScopedAdmin
 from core.db import db_now
-from jobs import changes, quotas, schedules
+from jobs import changes, lookups, quotas, schedules
 from jobs.creation import create_jobs
 from jobs.display import (
     describe_schedule,
@@ -75,6 +75,8 @@ EXECUTED_STATES = frozenset(
 PREVIEW_FIRES = 5
 
 SCHEDULE_FIELDS = frozenset({"cron", "interval_seconds", "timezone", "start_at"})
+# Where changeform_view leaves the posted URL's answers for get_form.
+URL_ANSWERS = "punctual_url_answers"
 
 
 def _now(obj: Job) -> dt.datetime:
@@ -257,7 +259,17 @@ class JobAdmin(OwnerScopedAdmin):
         assert request.user.is_authenticated
         # modelform_factory made this class for this request: safe to set on it.
         form.default_owner = request.user
+        form.url_answers = getattr(request, URL_ANSWERS, None)
         return form
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        if request.method == "POST":
+            # Django cleans the form inside its transaction: the posted URL's
+            # host is looked up before it opens (jobs/lookups.py), within the
+            # lookups' deadline, and the form reads the answer.
+            url = request.POST.get("url", "").strip()
+            setattr(request, URL_ANSWERS, lookups.look_up_hosts([url], owner=request.user.pk))
+        return super().changeform_view(request, object_id, form_url, extra_context)
 
     def get_changeform_initial_data(self, request):
         initial = super().get_changeform_initial_data(request)

@@ -23,13 +23,20 @@ that no longer signs, or one a later rotation meant to retire.
 How two concurrent requests with one key are kept to one effect:
 
 1. Look the key up; a stored answer is replayed at once.
-2. Otherwise insert the key row first, then do the work and store its answer
-   in that row, all in one transaction.
-3. The unique (owner, key) constraint lets only one of two racing inserts
+2. Otherwise check the request, outside any transaction: validating it, and
+   looking its URLs' host names up (jobs/lookups.py), may take a while, and
+   no connection waits meanwhile. A refusal ends here, and keeps nothing,
+   unless a request with the same key committed meanwhile: its jobs may be
+   what the check refused (their names are taken now), and its answer is
+   replayed instead, as if this request had come a moment later.
+3. Then insert the key row first, do the write and store its answer in that
+   row, all in one transaction.
+4. The unique (owner, key) constraint lets only one of two racing inserts
    through: PostgreSQL makes the second wait on its insert until the first
-   commits, and then fails it, so the second never does the work (it would
+   commits, and then fails it, so the second never does the write (it would
    otherwise trip over the job name the first one just took). It replays the
-   first one's answer instead. No check-then-insert window is left open.
+   first one's answer instead. A first request's jobs and its key row
+   commit together, so a check that sees the jobs finds the key too (2.)
 """
 
 from __future__ import annotations
@@ -59,6 +66,8 @@ SWEEP_BATCH = 100
 SECRET = "secret"
 # Answers, or items of a list answer.
 Answer = dict[str, Any] | list[Any]
+# What a request's check hands back: the write, to run in the key's transaction.
+Write = Callable[[], Response]
 
 
 def _key(request: Request) -> str | None:
@@ -185,12 +194,14 @@ def _sweep(owner, key: str, now: dt.datetime) -> None:
     delete_oldest(IdempotencyKey, expiry(now), SWEEP_BATCH)
 
 
-def respond(request: Request, handler: Callable[[], Response]) -> Response:
-    """Answer ``request`` with ``handler()``, or with the stored answer to an
-    earlier request that carried the same Idempotency-Key."""
+def respond(request: Request, check: Callable[[], Write]) -> Response:
+    """Answer ``request`` with the stored answer to an earlier request that
+    carried the same Idempotency-Key, or else with ``check()()``: ``check``
+    validates the request (raising its refusal) outside any transaction, and
+    returns the write, which runs inside the key's transaction."""
     key = _key(request)
     if key is None:
-        return handler()
+        return check()()
     owner = request.user
     # Every API view needs an authenticated user (IsAuthenticated, in settings).
     assert owner.is_authenticated
@@ -198,6 +209,13 @@ def respond(request: Request, handler: Callable[[], Response]) -> Response:
     now = db_now()
     stored = _stored(owner, key, now)
     if stored is not None:
+        return _replay(stored, fingerprint)
+    try:
+        write = check()
+    except exceptions.APIException:
+        stored = _stored(owner, key, db_now())
+        if stored is None:
+            raise
         return _replay(stored, fingerprint)
     try:
         with transaction.atomic():
@@ -212,7 +230,7 @@ def respond(request: Request, handler: Callable[[], Response]) -> Response:
                 response_encrypted="",
                 created_at=now,
             )
-            response = handler()
+            response = write()
             if 200 <= response.status_code < 300:
                 _store(claim, response)
             else:

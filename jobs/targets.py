@@ -2,7 +2,8 @@
 address guard").
 
 One set of rules for both moments a URL is judged: when a job is saved (the
-API's serializer and the admin's form call ``check_url``) and when it is
+API's serializer and the admin's form call ``check_url``, with the answers
+of jobs/lookups.py, looked up before the save) and when it is
 delivered (dispatch/webhooks.py vets the URL and each DNS answer again with
 ``parse_target``, ``ip_literal``, ``is_allowed_address`` and
 ``refuse_non_public``). The rules live here, under the delivery engine, so a
@@ -34,9 +35,9 @@ __all__ = [
     "is_allowed_address",
     "is_loopback_address",
     "is_public_address",
-    "memo_resolver",
     "parse_target",
     "refuse_non_public",
+    "system_resolve",
 ]
 
 MAX_URL_LENGTH = 2000
@@ -263,30 +264,12 @@ def refuse_non_public(addresses: Iterable[str], *, allow_loopback: bool = False)
             raise UnsafeTargetError(f"URL host resolves to a non-public address ({address})")
 
 
-def _getaddrinfo_addresses(host: str) -> list[str]:
+def system_resolve(host: str) -> list[str]:
+    """The addresses the operating system's resolver gives for ``host``
+    (``getaddrinfo``), waiting as long as the resolver does: on a request
+    path, look hosts up through jobs/lookups.py, which bounds the wait."""
     infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     return [str(info[4][0]) for info in infos]
-
-
-def memo_resolver() -> Callable[[str], list[str]]:
-    """A resolver that looks each host up once: for URLs judged together (a
-    bulk create of many jobs to one receiver), so that a batch costs one DNS
-    lookup per host rather than one per job. A failed lookup is remembered
-    too, and fails every URL with that host the same way."""
-    answers: dict[str, list[str] | OSError | UnicodeError] = {}
-
-    def resolve(host: str) -> list[str]:
-        if host not in answers:
-            try:
-                answers[host] = _getaddrinfo_addresses(host)
-            except (OSError, UnicodeError) as exc:
-                answers[host] = exc
-        answer = answers[host]
-        if isinstance(answer, list):
-            return answer
-        raise answer
-
-    return resolve
 
 
 def check_url(
@@ -299,10 +282,14 @@ def check_url(
     """The save-time check: syntax, then (unless ``allow_private``) every address.
     ``allow_loopback`` lets loopback addresses through too (demo mode).
 
-    ``resolve`` maps an IDNA-encoded host name to address strings; the default
-    is ``socket.getaddrinfo``. Any non-public answer refuses the URL: a name
-    with one public and one private address would otherwise reach the private
-    one on some attempts. Delivery checks again (DNS can change after a save).
+    ``resolve`` maps an IDNA-encoded host name to address strings: on a
+    request path, the ``Answers`` of jobs/lookups.py, looked up before any
+    transaction within the request's deadline (it may raise
+    ``UnsafeTargetError`` itself, for a name that did not answer in time);
+    the default, ``system_resolve``, waits as long as the system resolver
+    does. Any non-public answer refuses the URL: a name with one public and
+    one private address would otherwise reach the private one on some
+    attempts. Delivery checks again (DNS can change after a save).
     """
     parsed = parse_target(url)
     if allow_private:
@@ -315,7 +302,7 @@ def check_url(
             raise UnsafeTargetError(f"URL host is a non-public address ({literal})")
         return
     try:
-        addresses = (resolve or _getaddrinfo_addresses)(host)
+        addresses = (resolve or system_resolve)(host)
     except (OSError, UnicodeError):
         raise UnsafeTargetError(f"could not resolve {host}") from None
     if not addresses:

@@ -22,6 +22,8 @@ env = environ.Env(
     DEBUG=(bool, False),
     ALLOWED_HOSTS=(list, ["localhost", "127.0.0.1"]),
     PUNCTUAL_ALLOW_PRIVATE_TARGETS=(bool, False),
+    PUNCTUAL_TARGET_LOOKUP_SECONDS=(float, 2.0),
+    PUNCTUAL_MAX_TARGET_HOSTS=(int, 100),
     PUNCTUAL_RUN_RETENTION_DAYS=(int, 30),
     PUNCTUAL_EVENT_RETENTION_DAYS=(int, 90),
     PUNCTUAL_ENCRYPTION_KEYS=(list, []),
@@ -66,6 +68,15 @@ ALLOWED_HOSTS = env("ALLOWED_HOSTS")
 # "Outbound address guard" and nothing else. Demo mode (PUNCTUAL_DEMO) narrows
 # it to loopback addresses (jobs/targets.py configured_rule).
 PUNCTUAL_ALLOW_PRIVATE_TARGETS = env("PUNCTUAL_ALLOW_PRIVATE_TARGETS")
+# Saving jobs looks their webhook URLs' host names up (jobs/lookups.py): all
+# of a request's at once, waiting this long at most in all, for at most this
+# many distinct names per request.
+PUNCTUAL_TARGET_LOOKUP_SECONDS = env("PUNCTUAL_TARGET_LOOKUP_SECONDS")
+if not 0.1 <= PUNCTUAL_TARGET_LOOKUP_SECONDS <= 30:
+    raise environ.ImproperlyConfigured("PUNCTUAL_TARGET_LOOKUP_SECONDS must be between 0.1 and 30")
+PUNCTUAL_MAX_TARGET_HOSTS = env("PUNCTUAL_MAX_TARGET_HOSTS")
+if not 1 <= PUNCTUAL_MAX_TARGET_HOSTS <= 1000:
+    raise environ.ImproperlyConfigured("PUNCTUAL_MAX_TARGET_HOSTS must be between 1 and 1000")
 PUNCTUAL_RUN_RETENTION_DAYS = env("PUNCTUAL_RUN_RETENTION_DAYS")
 # Audit events (jobs.JobEvent) older than this are deleted by the same
 # retention pruning as runs (runs/retention.py).

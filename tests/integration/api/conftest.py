@@ -1,5 +1,6 @@
 """Fixtures for the API tests: token clients for two owners, an anonymous
-client, and no real DNS (check_url resolves host names when a job is saved)."""
+client, and no real DNS (check_url resolves host names when a job is saved),
+except in the tests marked ``system_resolver``."""
 
 from __future__ import annotations
 
@@ -12,15 +13,17 @@ from tests.integration.api.support import forget_rate_counts, token_client
 
 
 @pytest.fixture(autouse=True)
-def _no_dns(monkeypatch):
+def _no_dns(request, monkeypatch):
     """localhost answers as /etc/hosts does; every other name fails to resolve."""
+    if request.node.get_closest_marker("system_resolver"):
+        return
 
     def resolve(host: str) -> list[str]:
         if host.lower() == "localhost":
             return ["127.0.0.1", "::1"]
         raise OSError(f"no DNS in tests ({host})")
 
-    monkeypatch.setattr(targets, "_getaddrinfo_addresses", resolve)
+    monkeypatch.setattr(targets, "system_resolve", resolve)
 
 
 @pytest.fixture(autouse=True)

@@ -20,6 +20,7 @@ from runs import identity
 from runs.models import Run
 from tests.factories import make_job
 from tests.integration.api.support import PUBLIC_URL, token_client
+from tests.resolver_watch import lookup_held
 
 pytestmark = pytest.mark.django_db
 
@@ -227,3 +228,40 @@ def test_concurrent_creates_with_one_key_make_one_job(transactional_db, owner):
     assert [status for status, _ in answers] == [201] * len(clients)
     assert len({body["id"] for _, body in answers}) == 1
     assert Job.objects.count() == 1 and IdempotencyKey.objects.count() == 1
+
+
+@pytest.mark.system_resolver
+def test_a_create_refused_for_what_its_twin_just_made_replays_the_twin(
+    transactional_db, owner, settings
+):
+    """A request is checked before its key's transaction: its twin (the same
+    key and body) may commit in between, and then its name is taken. It
+    replays the twin's answer, as if it had come a moment later. The
+    system resolver's lookup of ``localhost`` (demo mode allows it) is held
+    to place the twin's whole request in that moment."""
+    settings.PUNCTUAL_DEMO = True
+    settings.PUNCTUAL_TARGET_LOOKUP_SECONDS = 30  # the held lookup answers in time
+    body = {**BODY, "url": "http://localhost:9/hook"}
+    answers = {}
+
+    def create(name: str) -> None:
+        try:
+            answer = token_client(owner).post(JOBS, body, format="json", HTTP_IDEMPOTENCY_KEY="k")
+            answers[name] = answer
+        finally:
+            connection.close()
+
+    release = threading.Event()
+    with lookup_held("localhost", release) as began:
+        late = threading.Thread(target=create, args=("late",))
+        late.start()
+        # It has found no stored answer, and looks its host up.
+        assert began.wait(timeout=30)
+        create("twin")
+        release.set()
+        late.join(timeout=60)
+    assert answers["twin"].status_code == 201
+    assert answers["late"].status_code == 201, answers["late"].json()
+    assert answers["late"]["Idempotent-Replayed"] == "true"
+    assert answers["late"].json()["id"] == answers["twin"].json()["id"]
+    assert Job.objects.count() == 1
