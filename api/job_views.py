@@ -16,7 +16,7 @@ import functools
 import zoneinfo
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import OuterRef, Subquery
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
@@ -31,9 +31,9 @@ from rest_framework.decorators import action
 from rest_framework.generics import get_object_or_404
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.serializers import as_serializer_error
 from rest_framework.views import APIView
 
+from api.job_creation import Created, Items, Validated, create_context, insert_many, validate_many
 from api.job_serializers import (
     BackfillResultSerializer,
     BackfillSerializer,
@@ -56,13 +56,11 @@ from api.run_views import FILTER_PARAMETERS, RunCursor, runs_response
 from core.api_base import ApiViewMixin, check_if_match, etag
 from core.api_errors import UnprocessableKey, error_response
 from core.api_fields import EmptySerializer
-from core.db import DB_NOW_SQL, bound_cursor, db_now
+from core.db import db_now
 from core.paginators import ApiCursor
-from jobs import changes, idempotency, lookups, quotas
-from jobs.creation import create_jobs
+from jobs import idempotency, lookups, quotas
 from jobs.display import describe_schedule
-from jobs.limits import OWNER_LIMITS
-from jobs.models import Channel, Job, JobEvent, OwnerLimits
+from jobs.models import Channel, Job, JobEvent
 from jobs.schedules import Schedule
 from runs import job_verbs
 from runs.job_verbs import MAX_BACKFILL
@@ -97,9 +95,6 @@ DATETIME = serializers.DateTimeField()
 # Jobs per bulk create (a JSON list): one transaction, and one answer, of at most this many.
 MAX_BULK_CREATE = 1000
 # Named here: inside the view set, "list" is its list action.
-Items = list[Any]
-Created = list[tuple[Job, str]]
-Validated = list[dict[str, Any]]
 
 
 # One job, or a list of them: written out, since drf-spectacular gives a list
@@ -133,31 +128,6 @@ def _iso(value: dt.datetime | str | None) -> str | None:
     return DATETIME.to_representation(value) if value else None
 
 
-def _names_sent(items: list) -> set[str]:
-    """The names ``items`` send, as sent and trimmed as the name field trims them."""
-    return {
-        candidate
-        for item in items
-        if isinstance(item, dict) and isinstance(item.get("name"), str)
-        for candidate in (item["name"], item["name"].strip())
-    }
-
-
-# What a create reads before it validates: the database's time, which of the
-# request's names the owner's live jobs hold (the unique name index), and
-# the owner's limit overrides (quotas.OVERRIDES' columns, NULL without a
-# row). One statement: they were three round trips of every single create.
-CREATE_CONTEXT = f"""
-    SELECT {DB_NOW_SQL},
-           ARRAY(SELECT name FROM jobs_job
-                 WHERE owner_id = %(owner)s AND deleted_at IS NULL
-                   AND name = ANY(%(names)s::text[])),
-           {", ".join(f"o.{column}" for column in OWNER_LIMITS)}
-    FROM (SELECT) AS one
-    LEFT JOIN {OwnerLimits._meta.db_table} AS o ON o.owner_id = %(owner)s
-"""
-
-
 def _check_list_size(items: Items) -> None:
     """A bulk create's list holds 1 to ``MAX_BULK_CREATE`` jobs."""
     if not items:
@@ -173,15 +143,6 @@ def _check_list_size(items: Items) -> None:
                 ]
             }
         )
-
-
-def _create_context(owner, items: list) -> tuple[dt.datetime, quotas.Limits, set[str]]:
-    """The database time, ``owner``'s limits, and the names among ``items``
-    their live jobs hold."""
-    with bound_cursor(prepare=True) as cur:
-        cur.execute(CREATE_CONTEXT, {"owner": owner.pk, "names": sorted(_names_sent(items))})
-        now, taken, *overrides = cur.fetchone()
-    return now.astimezone(dt.UTC), quotas.limits_from(owner, overrides), set(taken)
 
 
 @extend_schema_view(
@@ -286,7 +247,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             _check_list_size(request.data)
             return self._check_many(request, request.data, self._look_up_hosts(request.data))
         resolve = self._look_up_hosts([request.data])
-        now, limits, taken = _create_context(request.user, [request.data])
+        now, limits, taken = create_context(request.user, [request.data])
         # One serializer both ways: building DRF fields costs more than using them.
         # A new job has no runs, so no query looks for its last one.
         body = JobSerializer(
@@ -314,38 +275,14 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
     def _check_many(
         self, request: Request, items: Items, resolve: lookups.Answers
     ) -> idempotency.Write:
-        """A bulk create: each item is validated exactly as a single create
-        (the same serializer, one instance for all items), and the errors are
-        named by index: ``{"3": {"cron": ["..."]}}``. Any error, and nothing is
-        written. The set-based parts (the name clash check, the inserts of the
-        jobs, their spans and their events) are one statement each. Their
-        host names were looked up before (``resolve``), each once."""
-        now, limits, taken = _create_context(request.user, items)
-        body = JobSerializer(
-            context=self.context(
-                owner=request.user,
-                now=now,
-                last_runs={},
-                taken_names=taken,
-                resolve=resolve,
-                limits=limits,
-            )
+        """A bulk create: each item validated exactly as a single create, the
+        errors named by index, nothing written on any error
+        (api/job_creation.py). The set-based parts (the name clash check, the
+        inserts of the jobs, their spans and their events) are one statement
+        each. Their host names were looked up before (``resolve``), each once."""
+        body, valid, _, limits = validate_many(
+            request.user, items, resolve=resolve, context=self.context()
         )
-        errors: dict[str, Any] = {}
-        valid: Validated = []
-        first_with_name: dict[str, int] = {}
-        for index, item in enumerate(items):
-            try:
-                attrs = body.run_validation(item)
-            except serializers.ValidationError as exc:
-                errors[str(index)] = as_serializer_error(exc)
-                continue
-            first = first_with_name.setdefault(attrs["name"], index)
-            if first != index:
-                errors[str(index)] = {"name": [f"Item {first} of this request has this name too."]}
-            valid.append(attrs)
-        if errors:
-            raise serializers.ValidationError(errors)
 
         def write() -> Response:
             # Validating a thousand jobs takes a while: the jobs start from the
@@ -368,38 +305,19 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
     def _insert(
         self, request: Request, validated: Validated, now: dt.datetime, limits: quotas.Limits
     ) -> Created:
-        """Create the jobs through the one create verb (jobs/creation.py): all
-        of them, with their spans and events, if the owner's live jobs limit
-        (``limits``) has room for all of them; each with its plain secret,
-        to be answered once."""
+        """The jobs, created by the request's user (api/job_creation.py)."""
         assert request.user.is_authenticated  # IsAuthenticated, the API's default permission
-        jobs = [Job(owner=request.user, **attrs) for attrs in validated]
-        try:
-            secrets = create_jobs(
-                jobs,
-                now=now,
-                actor=request.user,
-                channel=Channel.API,
-                changes=[changes.initial(attrs) for attrs in validated],
-                limits=limits,
-                # Inside an Idempotency-Key's transaction, a savepoint only
-                # for a list, whose clash is named by a query below.
-                savepoint=len(jobs) > 1,
-            )
-        except IntegrityError as exc:
-            # The unique name per owner: a concurrent create took a name
-            # after our check. The same 400 as the check's.
-            if "job_unique_name_per_owner" not in str(exc):
-                raise
-            message = ["You already have a job with this name."]
-            if len(jobs) == 1:
-                raise serializers.ValidationError({"name": message}) from None
-            _, _, taken = _create_context(request.user, [{"name": job.name} for job in jobs])
-            clashes = {str(i): {"name": message} for i, job in enumerate(jobs) if job.name in taken}
-            if not clashes:
-                raise
-            raise serializers.ValidationError(clashes) from None
-        return list(zip(jobs, secrets, strict=True))
+        return insert_many(
+            request.user,
+            validated,
+            now,
+            limits,
+            actor=request.user,
+            channel=Channel.API,
+            # Inside an Idempotency-Key's transaction, a savepoint only for a
+            # list, whose clash is named by a query afterwards.
+            savepoint=len(validated) > 1,
+        )
 
     def update(self, request, pk=None):
         return self._update(request, partial=False)
