@@ -115,9 +115,12 @@ def assert_audit_clean(
     jobs=None,
     until: dt.datetime | None = None,
     tolerance: dt.timedelta = dt.timedelta(seconds=5),
+    by_design: frozenset[str] = frozenset(),
 ) -> AuditReport:
-    """The auditor over [since, until) finds nothing; its report is printed
-    (pytest shows it with -s, or when the test fails)."""
+    """The auditor over [since, until) finds nothing, but for the rules in
+    ``by_design``: what the scenario itself makes (a scenario that starts
+    no worker leaves its runs waiting, and ``no worker`` says so). Its
+    report is printed (pytest shows it with -s, or when the test fails)."""
     if receiver is not None:
         receiver.flush()  # the log holds every delivery made so far
     report = audit(
@@ -128,7 +131,8 @@ def assert_audit_clean(
         tolerance=tolerance,
     )
     print(report.render())
-    assert report.ok, report.render()
+    unexpected = [v for v in report.violations if v.rule not in by_design]
+    assert not unexpected, report.render()
     assert report.counts["slots"] > 0 or report.counts["runs"] > 0, "the audit saw nothing"
     return report
 

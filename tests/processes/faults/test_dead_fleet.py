@@ -22,10 +22,11 @@ import pytest
 from core.db import db_now
 from dispatch.models import ProcessHeartbeat
 from ops.audit import ALIVE_WITHIN, audit
+from runs import job_verbs
 from runs.models import Run
 from tests.factories import make_job
 from tests.processes.conftest import ROOT, process_env, wait_until
-from tests.processes.faults.conftest import assert_audit_clean, registered
+from tests.processes.faults.conftest import assert_audit_clean, drain, registered
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -109,4 +110,10 @@ def test_a_dead_fleet_fails_the_audit_until_it_is_back(owner, processes, receive
         message="the audit clean with the fleet back",
     )
     assert Run.objects.filter(job=job, state="missed", reason="past grace").exists()
+    # With the receiver's log: the job paused and its last runs finished
+    # first, so no delivery lands between the log's flush and the audit's
+    # read of the runs (a run that succeeded in between would read as
+    # "never delivered").
+    job_verbs.pause(job, note="scenario over")
+    drain([job], message="the paused job's last runs to finish")
     assert_audit_clean(since, receiver=receiver, jobs=[job], tolerance=TOLERANCE)
