@@ -113,6 +113,10 @@ CREATE_BODY = {
 }
 
 
+# The export: a list of jobs in the form a create takes (JobRequest).
+EXPORT_BODY = {"type": "array", "items": {"$ref": "#/components/schemas/JobRequest"}}
+
+
 class JobCursor(ApiCursor):
     ordering = ("name", "id")
 
@@ -495,6 +499,37 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         job = self.get_job()
         queryset = Run.objects.for_owner(request.user).filter(job=job).select_related("job")
         return runs_response(self, request, queryset)
+
+    @extend_schema(
+        summary="Your live jobs, as a list that a bulk create accepts as it is (no secrets)",
+        description=(
+            "Every field a create takes, for each of your live jobs, ordered by name. An"
+            " interval job without `start_at` answers its creation time there, which its"
+            " steps count from, so a job made from the answer keeps the same phase. No"
+            " secret is answered: each job made from it gets a new one. More than 1,000"
+            " jobs are sent back in several requests."
+        ),
+        responses={200: EXPORT_BODY},
+    )
+    @action(detail=False, methods=["get"], pagination_class=None)
+    def export(self, request):
+        fields = {
+            name: field for name, field in JobSerializer().fields.items() if not field.read_only
+        }
+        jobs = self.get_queryset().order_by("name", "id")
+        return Response([exported(job, fields) for job in jobs])
+
+
+def exported(job: Job, fields: dict[str, serializers.Field]) -> dict[str, Any]:
+    """``job`` as a create would take it: its writable fields as the API
+    writes them, and an interval job's anchor spelt out as ``start_at``."""
+    out = {}
+    for name, field in fields.items():
+        value = field.get_attribute(job)
+        out[name] = None if value is None else field.to_representation(value)
+    if job.interval_seconds is not None and job.start_at is None:
+        out["start_at"] = fields["start_at"].to_representation(job.created_at)
+    return out
 
 
 class SchedulePreviewView(ApiViewMixin, APIView):
