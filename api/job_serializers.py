@@ -32,7 +32,17 @@ from jobs.schedules import (
     validate_cron,
     validate_timezone,
 )
+from jobs.tags import (
+    MAX_TAG_LENGTH,
+    MAX_TAGS,
+    RULE,
+    TAG_PATTERN,
+    TagError,
+    clean_tags,
+    tag_problem,
+)
 from jobs.targets import UnsafeTargetError, check_url, configured_rule
+from runs.last_run import last_runs
 from runs.models import RunState
 
 MAX_PREVIEW = 100
@@ -52,6 +62,38 @@ class PayloadField(serializers.Field):
 
     def to_representation(self, value):
         return value
+
+
+@extend_schema_field(
+    {
+        "type": "array",
+        "items": {
+            "type": "string",
+            "pattern": f"^{TAG_PATTERN.pattern}$",
+            "maxLength": MAX_TAG_LENGTH,
+        },
+        "maxItems": MAX_TAGS,
+        "description": (
+            f"Up to {MAX_TAGS} short labels to group and find jobs by, each {RULE}."
+            " Letters are lower-cased and a repeated tag is kept once."
+        ),
+    }
+)
+class TagsField(serializers.Field):
+    """A job's tags, judged by ``jobs.tags.clean_tags``, as the admin's tags box is."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, list):
+            raise serializers.ValidationError(
+                f"Expected a list of tags, not {type(data).__name__}."
+            )
+        try:
+            return clean_tags(data)
+        except TagError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+    def to_representation(self, value):
+        return list(value)
 
 
 def schedule_errors(
@@ -148,6 +190,61 @@ class ScheduleFieldsMixin(serializers.Serializer):
             raise serializers.ValidationError(str(exc)) from None
 
 
+# The job list's own query parameters, and those every list takes (its
+# cursor, its page size, DRF's ?format=).
+JOB_FILTERS = ("state", "target_kind", "tag", "search")
+LIST_PARAMETERS = ("cursor", "page_size", "format")
+MAX_SEARCH = 200
+
+
+class JobFilterSerializer(serializers.Serializer):
+    """The job list's filters (docs/guides/api.md "Finding jobs"). Unlike
+    the run lists, an unknown parameter is refused, naming it: a mistyped
+    filter that was ignored would answer every job as if it had matched."""
+
+    state = serializers.ChoiceField(choices=JobState.choices, required=False)
+    target_kind = serializers.ChoiceField(choices=TargetKind.choices, required=False)
+    # Each tag is judged by validate_tag, in the words of jobs/tags.py.
+    tag = serializers.ListField(
+        child=serializers.CharField(trim_whitespace=False, allow_blank=True), required=False
+    )
+    search = serializers.CharField(required=False, allow_blank=True, max_length=MAX_SEARCH)
+
+    @classmethod
+    def from_query(cls, query) -> JobFilterSerializer:
+        """Validated ``query`` (a QueryDict): each filter once, but ``tag``
+        as often as wanted; anything else is an error naming it."""
+        errors: dict[str, list[str]] = {}
+        data: dict[str, Any] = {}
+        for name in query:
+            values = query.getlist(name)
+            if name == "tag":
+                data[name] = values
+            elif name in JOB_FILTERS:
+                if len(values) > 1:
+                    errors[name] = [f"Give {name} once (got it {len(values)} times)."]
+                data[name] = values[-1]
+            elif name not in LIST_PARAMETERS:
+                errors[name] = [
+                    "Unknown query parameter: the job list takes "
+                    + ", ".join((*JOB_FILTERS, "cursor", "page_size"))
+                    + "."
+                ]
+        body = cls(data=data)
+        valid = body.is_valid()
+        errors = {**(body.errors if not valid else {}), **errors}
+        if errors:
+            raise serializers.ValidationError(errors)
+        return body
+
+    def validate_tag(self, values: list[str]) -> list[str]:
+        for value in values:
+            problem = tag_problem(value)
+            if problem:
+                raise serializers.ValidationError(problem)
+        return list(dict.fromkeys(value.strip().lower() for value in values))
+
+
 class LastRunSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     state = serializers.ChoiceField(choices=RunState.choices)
@@ -211,6 +308,7 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
         help_text="http or https; required for webhook jobs. Must not reach a private address.",
     )
     payload = PayloadField(default=dict)
+    tags = TagsField(default=list)
     timeout_seconds = StrictIntegerField(**RANGES["timeout_seconds"].bounds(), default=30)
     max_attempts = StrictIntegerField(**RANGES["max_attempts"].bounds(), default=3)
     retry_backoff_seconds = StrictIntegerField(
@@ -254,6 +352,7 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
         "target_kind",
         "url",
         "payload",
+        "tags",
     )
 
     def get_fields(self):
@@ -264,11 +363,9 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
 
     @extend_schema_field(LastRunSerializer(allow_null=True))
     def get_last_run(self, job: Job):
-        last_runs = self.context.get("last_runs")
-        if last_runs is not None:
-            run = last_runs.get(job.pk)
-        else:
-            run = job.runs.order_by("-scheduled_at").first()
+        # The newest attempted run (runs/last_run.py), as the admin's "Last run".
+        known = self.context.get("last_runs")
+        run = known.get(job.pk) if known is not None else last_runs([job.pk]).get(job.pk)
         if run is None:
             return None
         return LastRunSerializer(run).data

@@ -17,7 +17,6 @@ import zoneinfo
 from typing import Any
 
 from django.db import transaction
-from django.db.models import OuterRef, Subquery
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -40,6 +39,7 @@ from api.job_serializers import (
     FiresSerializer,
     JobCreatedSerializer,
     JobEventSerializer,
+    JobFilterSerializer,
     JobSavedSerializer,
     JobSerializer,
     PauseSerializer,
@@ -60,10 +60,11 @@ from core.db import db_now
 from core.paginators import ApiCursor
 from jobs import idempotency, lookups, quotas
 from jobs.display import describe_schedule
-from jobs.models import Channel, Job, JobEvent
+from jobs.models import Channel, Job, JobEvent, JobQuerySet, JobState, TargetKind
 from jobs.schedules import Schedule
 from runs import job_verbs
 from runs.job_verbs import MAX_BACKFILL
+from runs.last_run import last_runs
 from runs.models import Run
 
 IF_MATCH = OpenApiParameter(
@@ -117,6 +118,37 @@ CREATE_BODY = {
 EXPORT_BODY = {"type": "array", "items": {"$ref": "#/components/schemas/JobRequest"}}
 
 
+def filter_jobs(queryset: JobQuerySet, request: Request) -> JobQuerySet:
+    """Apply ?state=&target_kind=&tag=&search= as the admin's jobs list
+    does (the same queryset methods); an unknown parameter or a malformed
+    value is a 400 naming it. Repeated tags narrow: a job must carry all."""
+    filters = JobFilterSerializer.from_query(request.query_params).validated_data
+    for name in ("state", "target_kind"):
+        if name in filters:
+            queryset = queryset.filter(**{name: filters[name]})
+    return queryset.tagged(filters.get("tag", [])).search(filters.get("search", ""))
+
+
+LIST_FILTERS = [
+    OpenApiParameter("state", str, enum=JobState.values),
+    OpenApiParameter("target_kind", str, enum=TargetKind.values),
+    OpenApiParameter(
+        "tag",
+        str,
+        many=True,
+        explode=True,
+        description="Jobs that carry this tag; repeat it for jobs that carry all of them.",
+    ),
+    OpenApiParameter(
+        "search",
+        str,
+        description=(
+            "Words that must all appear (in any case) in the name, the URL or the description."
+        ),
+    ),
+]
+
+
 class JobCursor(ApiCursor):
     ordering = ("name", "id")
 
@@ -150,7 +182,11 @@ def _check_list_size(items: Items) -> None:
 
 
 @extend_schema_view(
-    list=extend_schema(summary="List your jobs"),
+    list=extend_schema(
+        summary="List your jobs (filtered by state, target kind, tags, words)",
+        description=("An unknown query parameter is a 400 naming it: a filter is never ignored."),
+        parameters=LIST_FILTERS,
+    ),
     retrieve=extend_schema(summary="A job (with an ETag)"),
     create=extend_schema(
         summary="Create a job, or up to 1,000 at once (answers their secrets, once)",
@@ -213,13 +249,11 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
     # -- CRUD -----------------------------------------------------------------
 
     def list(self, request):
-        last_run = Run.objects.filter(job=OuterRef("pk")).order_by("-scheduled_at").values("id")
-        queryset = self.get_queryset().annotate(last_run_id=Subquery(last_run[:1]))
-        page = self.paginate_queryset(queryset)
+        page = self.paginate_queryset(filter_jobs(self.get_queryset(), request))
         assert page is not None  # pagination_class is set: every list is paginated
-        runs = Run.objects.in_bulk([job.last_run_id for job in page if job.last_run_id])
-        last_runs = {job.pk: runs.get(job.last_run_id) for job in page}
-        data = JobSerializer(page, many=True, context=self.context(last_runs=last_runs)).data
+        # Every job's last run (runs/last_run.py) in one query for the page.
+        context = self.context(last_runs=last_runs([job.pk for job in page]))
+        data = JobSerializer(page, many=True, context=context).data
         return self.get_paginated_response(data)
 
     def retrieve(self, request, pk=None):

@@ -18,6 +18,7 @@ from console import attention
 from core.admin_base import BadListQuery
 from jobs.display import EVENT_ACTIONS
 from jobs.models import Job
+from jobs.tags import tag_problem
 from runs.models import Run
 
 
@@ -60,6 +61,41 @@ class MissedFiresFilter(admin.SimpleListFilter):
         if self.value() == "24h":
             return attention.missed_recently(queryset)
         return queryset
+
+
+class TagFilter(admin.SimpleListFilter):
+    """Jobs that carry a tag (``JobQuerySet.tagged``, as the API's ``?tag=``).
+
+    A box to type the tag in, and the list's tag chips link here: listing
+    the tags in use would cost the page a query over all of the owner's
+    jobs, every time it is shown.
+    """
+
+    title = "tag"
+    parameter_name = "tag"
+    template = "admin/punctual/tag_filter.html"
+
+    def lookups(self, request, model_admin):
+        return []
+
+    def has_output(self):
+        return True
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is None:
+            return queryset
+        problem = tag_problem(value)
+        if problem:
+            raise BadListQuery(f"The tag filter: {problem}")
+        return queryset.tagged([value.strip().lower()])
+
+    def choices(self, changelist):
+        yield {
+            "value": self.value(),
+            "selected": self.value() is not None,
+            "clear": changelist.get_query_string(remove=[self.parameter_name]),
+        }
 
 
 # ?within= on the runs list: how far back scheduled_at goes.

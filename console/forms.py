@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import re
 import zoneinfo
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,7 @@ from jobs.limits import (
     payload_from_text,
 )
 from jobs.models import Job, TargetKind
+from jobs.tags import MAX_TAGS, RULE, TagError, clean_tags
 from jobs.targets import UnsafeTargetError, check_url, configured_rule
 
 if TYPE_CHECKING:
@@ -96,6 +98,25 @@ def _speak_as_the_api(field: forms.Field) -> None:
             validator = MaxLengthValidator(limit, message=TOO_LONG_TEXT.format(max_length=limit))
         validators.append(validator)
     field.validators = validators
+
+
+class TagsField(forms.CharField):
+    """The tags box: tags separated by commas or spaces, judged by
+    ``jobs.tags.clean_tags`` as the API judges its list, in the same words."""
+
+    def prepare_value(self, value):
+        if isinstance(value, list | tuple):
+            return ", ".join(value)
+        return value
+
+    def to_python(self, value):
+        if isinstance(value, list | tuple):
+            return list(value)  # the initial value: already tags
+        text = super().to_python(value) or ""
+        try:
+            return clean_tags(part for part in re.split(r"[,\s]+", text) if part)
+        except TagError as exc:
+            raise forms.ValidationError(str(exc)) from None
 
 
 class ZoneInput(forms.TextInput):
@@ -199,6 +220,17 @@ class JobForm(forms.ModelForm):
         "Empty: never pause.",
     )
 
+    tags = TagsField(
+        required=False,
+        widget=forms.TextInput(
+            attrs={"placeholder": "team:billing, nightly", "class": "vTextField"}
+        ),
+        help_text=(
+            f"Up to {MAX_TAGS} labels to group and find jobs by, separated by commas or"
+            f" spaces: each {RULE}. Upper-case letters are lower-cased. The jobs list"
+            " filters by them."
+        ),
+    )
     payload = PayloadField(
         required=False,
         help_text="A JSON object sent as data.payload in every delivery (at most 64 KiB).",
@@ -236,6 +268,7 @@ class JobForm(forms.ModelForm):
         fields = [
             "name",
             "description",
+            "tags",
             "cron",
             "interval_seconds",
             "timezone",

@@ -30,6 +30,7 @@ from django.db.models import Subquery
 from django.http import HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -40,11 +41,12 @@ from console.filters import (
     FailingFilter,
     MissedFiresFilter,
     PausedByFilter,
+    TagFilter,
 )
 from console.forms import JobForm
 from console.job_status import job_status
 from console.new_secrets import VERIFY_SNIPPET, pop_secret, stash_secret
-from console.recent import recent_runs
+from console.recent import recent_and_last_runs, recent_runs
 from core.admin_base import OwnerScopedAdmin
 from core.db import db_now
 from jobs import changes, lookups, quotas, schedules
@@ -58,7 +60,7 @@ from jobs.display import (
 )
 from jobs.models import Channel, Job, JobState
 from runs import job_verbs
-from runs.models import Attempt, Run, RunState
+from runs.models import Attempt, Run
 
 # Squares in the jobs list's strip, and on a job's page.
 LIST_STRIP_RUNS = 20
@@ -67,10 +69,6 @@ NEXT_FIRES = 10
 EVENTS_ON_PAGE = 20
 # Attempts whose durations make a job's "typical run time".
 TYPICAL_RUNS = 50
-# The runs the list's "last run" column may show: those that were attempted.
-EXECUTED_STATES = frozenset(
-    {RunState.RUNNING, RunState.RETRYING, RunState.SUCCEEDED, RunState.FAILED}
-)
 # Fires in the form's live preview (console/static/punctual/job_form.js).
 PREVIEW_FIRES = 5
 
@@ -108,18 +106,21 @@ def _local(when: dt.datetime, zone: str) -> dt.datetime:
 class JobChangeList(ChangeList):
     """Loads the page's recent runs in one query, whatever the page size.
 
-    Each job on the page gets ``recent_runs`` (newest first, console/recent.py)
-    and ``page_now`` (the database clock, read once), which the list's
-    columns read instead of querying per row.
+    Each job on the page gets ``recent_runs`` (newest first, console/recent.py),
+    ``page_last_run`` (runs/last_run.py, as the API's ``last_run``; in the
+    same query) and
+    ``page_now`` (the database clock, read once), which the list's columns
+    read instead of querying per row.
     """
 
     def get_results(self, request):
         super().get_results(request)
         jobs = list(self.result_list)  # fills the queryset's cache: no second query
-        recent = recent_runs([job.pk for job in jobs], LIST_STRIP_RUNS)
+        recent, last = recent_and_last_runs([job.pk for job in jobs], LIST_STRIP_RUNS)
         now = db_now()
         for job in jobs:
             job.recent_runs = recent.get(job.pk, [])
+            job.page_last_run = last.get(job.pk)
             job.page_now = now
 
 
@@ -133,10 +134,12 @@ class JobAdmin(OwnerScopedAdmin):
         "next_fire",
         "last_run",
         "recent_outcomes",
+        "tags_column",
     )
     list_filter = (
         "state",
         "target_kind",
+        TagFilter,
         "misfire_policy",
         "overlap_policy",
         FailingFilter,
@@ -144,7 +147,9 @@ class JobAdmin(OwnerScopedAdmin):
         MissedFiresFilter,
     )
     list_select_related = ("owner",)
-    search_fields = ("name",)
+    # The search box reads as the API's ?search= (JobQuerySet.search).
+    search_fields = ("name", "url", "description")
+    search_help_text = "Words found in the name, the URL or the description."
     list_per_page = 50
     actions = [job_actions.pause_jobs, job_actions.resume_jobs, job_actions.trigger_jobs]
     readonly_fields = (
@@ -172,6 +177,10 @@ class JobAdmin(OwnerScopedAdmin):
     def get_changelist(self, request, **kwargs):
         return JobChangeList
 
+    def get_search_results(self, request, queryset, search_term):
+        # One definition of the search for the admin and the API.
+        return queryset.search(search_term), False
+
     def get_object(self, request, object_id, from_field=None):
         job = super().get_object(request, object_id, from_field)
         if request.method == "POST" and connection.in_atomic_block:
@@ -195,7 +204,7 @@ class JobAdmin(OwnerScopedAdmin):
         return self.readonly_fields
 
     def get_fieldsets(self, request, obj=None):
-        first = ["name", "description", "expected_version"]
+        first = ["name", "description", "tags", "expected_version"]
         if request.user.is_superuser:
             first.append("owner")
         schedule = ["cron", "interval_seconds", "timezone", "start_at", "schedule_preview"]
@@ -406,14 +415,12 @@ class JobAdmin(OwnerScopedAdmin):
 
     @admin.display(description="last run")
     def last_run(self, obj: Job):
-        """The newest run that was attempted, among the strip's runs: a
-        skipped, cancelled, missed or still pending run says nothing about how
-        the job's deliveries go."""
-        runs = getattr(obj, "recent_runs", [])
-        run = next((r for r in runs if r.state in EXECUTED_STATES), None)
+        """The newest run that was attempted (runs/last_run.py, the API's
+        ``last_run`` too): a skipped, cancelled, missed or still pending run
+        says nothing about how the job's deliveries go."""
+        run = getattr(obj, "page_last_run", None)
         if run is None:
-            text = f"none in the last {len(runs)} runs" if runs else "none yet"
-            return format_html('<span class="punctual-quiet">{}</span>', text)
+            return format_html('<span class="punctual-quiet">{}</span>', "none yet")
         return format_html(
             '<a href="{}">{}</a> <span class="punctual-quiet" title="lag">{}</span>',
             run_url(run.pk),
@@ -425,6 +432,18 @@ class JobAdmin(OwnerScopedAdmin):
     def missed_fires(self, obj: Job):
         """Fires past a recovery's cap of 100 recorded rows: counted only."""
         return missed_text(obj) or "none"
+
+    @admin.display(description="tags")
+    def tags_column(self, obj: Job):
+        if not obj.tags:
+            return ""
+        # Each chip lists the jobs with its tag (TagFilter's ?tag=).
+        url = reverse("admin:jobs_job_changelist")
+        return format_html_join(
+            " ",
+            '<a class="punctual-tag" href="{}?{}">{}</a>',
+            ((url, urlencode({"tag": tag}), tag) for tag in obj.tags),
+        )
 
     @admin.display(description="recent runs")
     def recent_outcomes(self, obj: Job):

@@ -18,6 +18,8 @@ import uuid
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
 from django.db import connection, models, transaction
 from django.db.models import F, Q
 
@@ -26,6 +28,7 @@ from core.db import bound_cursor, db_now, rows_insert, rows_inserted
 from jobs import changes, crypto, history
 from jobs.limits import MAX_LENGTHS, OWNER_LIMITS, RANGES
 from jobs.schedules import Schedule
+from jobs.tags import MAX_TAG_LENGTH, MAX_TAGS
 
 ROTATION_OVERLAP = dt.timedelta(hours=24)
 
@@ -93,6 +96,24 @@ class JobQuerySet(models.QuerySet["Job"]):
     def failing(self) -> JobQuerySet:
         return self.filter(consecutive_failures__gt=0)
 
+    def tagged(self, tags: list[str]) -> JobQuerySet:
+        """Jobs that carry every one of ``tags`` (``tags @> ARRAY[...]``, on
+        the GIN index job_tags_idx). The API's ``?tag=`` and the admin's tag
+        filter both call this."""
+        return self.filter(tags__contains=tags) if tags else self
+
+    def search(self, text: str) -> JobQuerySet:
+        """The jobs lists' search (the API's ``?search=``, the admin's search
+        box): every word of ``text`` must appear, in any case, in the name,
+        the URL or the description. The words of Django's admin search, in
+        one place for both faces."""
+        jobs = self
+        for word in text.split():
+            jobs = jobs.filter(
+                Q(name__icontains=word) | Q(url__icontains=word) | Q(description__icontains=word)
+            )
+        return jobs
+
 
 class PayloadField(models.JSONField):
     """A job's payload: read back at any depth (``strict_json.loads_stored``).
@@ -134,6 +155,10 @@ class Job(models.Model):
     url = models.CharField(max_length=MAX_LENGTHS["url"], blank=True, default="")
     payload = PayloadField(default=dict, blank=True)
 
+    # Short labels to group and find jobs by (jobs/tags.py has the rule).
+    tags = ArrayField(
+        models.CharField(max_length=MAX_TAG_LENGTH), default=list, blank=True, db_default=[]
+    )
     timeout_seconds = models.PositiveIntegerField(
         default=30, validators=RANGES["timeout_seconds"].validators()
     )
@@ -211,12 +236,18 @@ class Job(models.Model):
                 condition=Q(deleted_at__isnull=True),
                 name="job_unique_name_per_owner",
             ),
+            # jobs/tags.py's count; each tag's form is checked where it comes in.
+            models.CheckConstraint(
+                condition=Q(tags__len__lte=MAX_TAGS), name="job_at_most_10_tags"
+            ),
         ]
         indexes = [
             # The dispatcher's due query (dispatch/queries.py LOCK_DUE_JOBS):
             # active jobs ordered by next_fire_at. Paused and deleted jobs are
             # outside the index, so its size tracks the live fleet only.
             models.Index(fields=["next_fire_at"], condition=Q(state="active"), name="job_due_idx"),
+            # The lists' ?tag= filter (JobQuerySet.tagged): tags @> ARRAY[...].
+            GinIndex(fields=["tags"], name="job_tags_idx"),
         ]
 
     def __str__(self) -> str:

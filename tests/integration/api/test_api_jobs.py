@@ -342,6 +342,7 @@ def test_job_list_shows_the_last_run(api, owner):
     Run.objects.create_for_fires(
         job, [at("2026-01-01T00:00:00"), at("2026-01-02T00:00:00")], kind="backfill"
     )
+    Run.objects.filter(job=job).update(state="succeeded")  # attempted: a last run
     [listed] = api.get(JOBS).json()["results"]
     assert listed["last_run"]["scheduled_at"] == "2026-01-02T00:00:00Z"
     assert api.get(f"{JOBS}{job.pk}/").json()["last_run"] == listed["last_run"]

@@ -1,0 +1,176 @@
+"""Finding jobs through the API: GET /api/v1/jobs/ filtered by state, target
+kind, tags and words, as the admin's jobs list is; an unknown parameter or a
+bad value is a 400 naming it. And tags: set, normalized and refused the same
+through create, bulk create and update, with nothing written on a refusal."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from jobs.models import Job, JobEvent
+from runs import job_verbs
+from tests.factories import make_job
+from tests.integration.api.support import PUBLIC_URL
+
+pytestmark = pytest.mark.django_db
+
+JOBS = "/api/v1/jobs/"
+
+
+def names(api, **params) -> list[str]:
+    answer = api.get(JOBS, params)
+    assert answer.status_code == 200, answer.json()
+    return [job["name"] for job in answer.json()["results"]]
+
+
+def refusal(api, params) -> dict:
+    answer = api.get(JOBS, params)
+    assert answer.status_code == 400, answer.json()
+    return answer.json()
+
+
+def test_state_filter_lists_only_jobs_in_that_state(api, owner):
+    make_job(owner, name="running-a")
+    job_verbs.pause(make_job(owner, name="stopped-b"), actor=owner)
+    assert names(api, state="paused") == ["stopped-b"]
+    assert names(api, state="active") == ["running-a"]
+    assert names(api) == ["running-a", "stopped-b"]
+
+
+def test_target_kind_filter_lists_only_that_kind(api, owner):
+    make_job(owner, name="hook")
+    make_job(owner, name="queue", target_kind="pull", url="")
+    assert names(api, target_kind="pull") == ["queue"]
+    assert names(api, target_kind="webhook") == ["hook"]
+
+
+def test_repeated_tags_narrow_to_jobs_that_carry_all_of_them(api, owner):
+    make_job(owner, name="both", tags=["team:billing", "nightly"])
+    make_job(owner, name="billing-only", tags=["team:billing"])
+    make_job(owner, name="untagged")
+    assert names(api, tag="team:billing") == ["billing-only", "both"]
+    assert names(api, tag=["team:billing", "nightly"]) == ["both"]
+    # Tags are lower-cased on the way in, and so is the filter.
+    assert names(api, tag="NIGHTLY") == ["both"]
+    assert names(api, tag="absent") == []
+
+
+def test_search_finds_every_word_in_the_name_url_or_description(api, owner):
+    make_job(owner, name="invoices", url="https://93.184.215.14/billing/run")
+    make_job(owner, name="reports", description="Sends the Billing summary")
+    make_job(owner, name="cleanup", url=PUBLIC_URL)
+    assert names(api, search="billing") == ["invoices", "reports"]
+    assert names(api, search="BILLING summary") == ["reports"]
+    assert names(api, search="invoi") == ["invoices"]
+    assert names(api, search="") == ["cleanup", "invoices", "reports"]
+
+
+def test_filters_combine_and_keep_to_the_owners_jobs(api, owner, other_owner):
+    make_job(owner, name="mine", tags=["x"], target_kind="pull", url="")
+    make_job(owner, name="mine-hook", tags=["x"])
+    make_job(other_owner, name="theirs", tags=["x"], target_kind="pull", url="")
+    assert names(api, tag="x", target_kind="pull", state="active", search="mi") == ["mine"]
+
+
+def test_an_unknown_query_parameter_is_a_400_naming_it(api, owner):
+    make_job(owner, name="a")
+    job_verbs.pause(make_job(owner, name="b"), actor=owner)
+    body = refusal(api, {"stat": "paused"})
+    assert list(body) == ["stat"] and "Unknown query parameter" in body["stat"][0]
+    assert list(refusal(api, {"q": "a", "state": "paused"})) == ["q"]
+    # What every list takes still works: the page size, the cursor, ?format=.
+    first = api.get(JOBS, {"page_size": 1, "format": "json", "state": "active"})
+    assert first.status_code == 200 and [j["name"] for j in first.json()["results"]] == ["a"]
+    assert api.get(first.json()["next"] or JOBS, {}).status_code == 200
+    everything = api.get(JOBS, {"page_size": 1}).json()
+    assert api.get(everything["next"]).json()["results"][0]["name"] == "b"
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"state": "nonsense"}, "state"),
+        ({"state": ["active", "paused"]}, "state"),
+        ({"target_kind": "ftp"}, "target_kind"),
+        ({"tag": "Not a tag!"}, "tag"),
+        ({"tag": ""}, "tag"),
+        ({"tag": "x" * 41}, "tag"),
+        ({"search": "x" * 201}, "search"),
+    ],
+)
+def test_a_bad_filter_value_is_a_400_naming_the_parameter(api, owner, params, field):
+    make_job(owner)
+    assert list(refusal(api, params)) == [field]
+
+
+def test_tags_are_set_on_create_and_update_lower_cased_once_each(api):
+    created = api.post(
+        JOBS,
+        {
+            "name": "tagged",
+            "interval_seconds": 60,
+            "url": PUBLIC_URL,
+            "tags": ["Team:Billing", " nightly ", "team:billing"],
+        },
+        format="json",
+    )
+    assert created.status_code == 201, created.json()
+    assert created.json()["tags"] == ["team:billing", "nightly"]
+    job = Job.objects.get(name="tagged")
+    assert job.tags == ["team:billing", "nightly"]
+
+    patched = api.patch(f"{JOBS}{job.pk}/", {"tags": ["env.prod"]}, format="json")
+    assert patched.status_code == 200 and patched.json()["tags"] == ["env.prod"]
+    event = JobEvent.objects.filter(job=job, action="updated").get()
+    assert event.changes == {"tags": [["team:billing", "nightly"], ["env.prod"]]}
+    # A PUT without tags puts them back to none, as any omitted optional field.
+    put = api.put(
+        f"{JOBS}{job.pk}/",
+        {"name": "tagged", "interval_seconds": 60, "url": PUBLIC_URL},
+        format="json",
+    )
+    assert put.status_code == 200 and put.json()["tags"] == []
+
+
+BAD_TAGS = [
+    "a string, not a list",
+    ["has space"],
+    ["UPPER_is_fine_but_!_is_not"],
+    [""],
+    ["-leading-dash"],
+    ["x" * 41],
+    [f"tag-{n}" for n in range(11)],
+    [7],
+]
+
+
+@pytest.mark.parametrize("tags", BAD_TAGS)
+def test_bad_tags_are_a_400_naming_the_field_and_nothing_is_written(api, owner, tags):
+    job = make_job(owner, name="kept", tags=["old"])
+    item = {"name": "new", "interval_seconds": 60, "url": PUBLIC_URL, "tags": tags}
+
+    single = api.post(JOBS, item, format="json")
+    assert single.status_code == 400 and list(single.json()) == ["tags"], single.json()
+    bulk = api.post(JOBS, [{**item, "name": "fine", "tags": []}, item], format="json")
+    assert bulk.status_code == 400 and bulk.json() == {"1": {"tags": single.json()["tags"]}}
+    assert list(Job.objects.values_list("name", flat=True)) == ["kept"]
+
+    patch = api.patch(f"{JOBS}{job.pk}/", {"tags": tags}, format="json")
+    assert patch.status_code == 400 and list(patch.json()) == ["tags"]
+    job.refresh_from_db()
+    assert job.tags == ["old"] and job.version == 1
+
+
+def test_the_database_refuses_more_than_10_tags(owner):
+    job = make_job(owner, tags=[f"t{n}" for n in range(10)])
+    with pytest.raises(IntegrityError, match="job_at_most_10_tags"), transaction.atomic():
+        Job.objects.filter(pk=job.pk).update(tags=[f"t{n}" for n in range(11)])
+
+
+def test_the_export_carries_tags_into_a_bulk_create(api, other_api, owner, other_owner):
+    make_job(owner, name="tagged", url=PUBLIC_URL, tags=["team:billing", "nightly"])
+    [exported] = api.get(f"{JOBS}export/").json()
+    assert exported["tags"] == ["team:billing", "nightly"]
+    assert other_api.post(JOBS, [exported], format="json").status_code == 201
+    assert Job.objects.get(owner=other_owner).tags == ["team:billing", "nightly"]
