@@ -199,17 +199,25 @@ def test_fires_keep_coming_while_claims_hold_the_floor_and_the_raise_waits(owner
     proc = processes.manage("dispatch", name="dispatch")
     wait_until(lambda: runs.count() >= 2, timeout=60, message="the dispatcher's first fires")
     url = subprocess_database_url()
-    # A floor far below every run: the next housekeeping round would raise it.
-    with psycopg.connect(url, autocommit=True) as setup:
-        setup.execute("UPDATE runs_active_floor SET since = '2000-01-01T00:00:00Z'")
+    low = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
     hold = psycopg.connect(url)
     try:
-        hold.execute("SELECT since FROM runs_active_floor FOR SHARE")
+        # A floor far below every run, held FOR SHARE: the next housekeeping
+        # round would raise it. A round that ran between the update and the
+        # hold raised it already: then set it and hold it again.
+        def held_low() -> bool:
+            hold.rollback()
+            with psycopg.connect(url, autocommit=True) as setup:
+                setup.execute("UPDATE runs_active_floor SET since = %s", [low])
+            (since,) = hold.execute("SELECT since FROM runs_active_floor FOR SHARE").fetchone()
+            return since == low
+
+        wait_until(held_low, timeout=60, message="the low floor held FOR SHARE")
         held_from = db_now()
         # Four housekeeping rounds (one every 5 s) meet the held row.
         wait_until(lambda: db_now() - held_from >= 20 * S, timeout=60, message="20 s held")
         held_until = db_now()
-        assert floor_now() == dt.datetime(2000, 1, 1, tzinfo=dt.UTC)  # not raised meanwhile
+        assert floor_now() == low  # not raised meanwhile
     finally:
         hold.close()
     during = runs.filter(scheduled_at__gt=held_from, scheduled_at__lte=held_until - 2 * S)
