@@ -45,7 +45,8 @@ Rules (``Rule``), for each job:
 5. **Reasons.** ``missed``, ``skipped`` and ``cancelled`` runs say why, and a
    ``missed`` or ``skipped`` run was never attempted.
 6. **Deliveries** (with the receiver's log): one webhook-id per fire; no
-   delivery starts after its job's pause or delete committed; every
+   delivery starts after its job's pause or delete committed (but that of a
+   manual run or test delivery made during the pause); every
    ``succeeded`` webhook run arrived; every webhook-id is a run.
 7. **A live fleet.** Rules 3 and 4 hold only while a dispatcher (a worker)
    is alive, so a fleet that died whole would pass them: when no
@@ -78,7 +79,7 @@ from core.db import DB_NOW_SQL, db_now, dict_cursor
 from core.sql import Placeholder
 from dispatch.models import ProcessHeartbeat, ProcessKind
 from jobs.schedules import Schedule, ScheduleError
-from runs.leases import ITS_TURN
+from runs.leases import ITS_TURN, MAY_START
 
 UTC = dt.UTC
 ONE_US = dt.timedelta(microseconds=1)
@@ -658,15 +659,15 @@ def _alive(now: dt.datetime, tolerance: dt.timedelta) -> dict[str, dict[str, Any
 
 
 # Rule 4, waiting: webhook runs the worker claim (runs/leases.py CLAIM_WAITING)
-# would take, claimable for longer than the tolerance: due, of a live job,
-# and not held back by the overlap rule.
+# would take, claimable for longer than the tolerance: due, allowed to start
+# (runs/leases.py RUN_MAY_START), and not held back by the overlap rule.
 _WAITING_RUNS = f"""
     WITH {_JOBS}
     SELECT {{columns}}
     FROM runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id JOIN jobs ON jobs.id = j.id
     WHERE r.state IN ('pending', 'retrying') AND r.target_kind = 'webhook'
       AND r.available_at <= %(now)s - make_interval(secs => %(tol)s)
-      AND j.state = 'active' AND j.deleted_at IS NULL
+      {MAY_START}
       AND {ITS_TURN}
 """
 _STUCK_WAITING = (
@@ -820,7 +821,7 @@ def read_receiver_log(path: str | Path) -> Iterator[Delivery]:
 
 # The runs a log names, and their jobs' pause and delete spans.
 _DELIVERED_RUNS = """
-    SELECT id, job_id, scheduled_at, state FROM runs_run WHERE id = ANY(%(ids)s::uuid[])
+    SELECT id, job_id, scheduled_at, state, kind FROM runs_run WHERE id = ANY(%(ids)s::uuid[])
 """
 _STOP_SPANS = """
     SELECT job_id, state, started_at, ended_at FROM jobs_schedulespan
@@ -853,8 +854,20 @@ def _audit_deliveries(report: AuditReport, scope: _Scope, entries: list[Delivery
         runs = {str(r["id"]): r for r in cur.fetchall()}
         cur.execute(_STOP_SPANS, {"ids": delivered_jobs})
         stops: dict[str, list[dict]] = defaultdict(list)
-        for span in cur.fetchall():
-            stops[str(span["job_id"])].append(span)
+        for span in sorted(cur.fetchall(), key=lambda span: span["started_at"]):
+            spans = stops[str(span["job_id"])]
+            # Where the pause began: a paused span that follows another one
+            # directly (the schedule was edited while paused) continues it.
+            before = spans[-1] if spans else None
+            continued = (
+                before is not None
+                and before["state"] == span["state"] == "paused"
+                and before["ended_at"] == span["started_at"]
+            )
+            span["pause_began"] = (
+                before["pause_began"] if before is not None and continued else span["started_at"]
+            )
+            spans.append(span)
         cur.execute(scope.runs_in_range(_SUCCEEDED), scope.params())
         succeeded = cur.fetchall()
         cur.execute(_CLOCK_OFFSET)
@@ -888,6 +901,8 @@ def _audit_deliveries(report: AuditReport, scope: _Scope, entries: list[Delivery
             # tolerance, for the two clocks and the request in flight) and
             # before it ended started after the pause or delete committed.
             began, ended = span["started_at"], span["ended_at"] or FOREVER
+            if run is not None and _made_in_pause(run, span):
+                continue
             if began + scope.tolerance < arrived <= ended:
                 rule = (
                     Rule.DELIVERED_AFTER_DELETE
@@ -921,6 +936,17 @@ def _audit_deliveries(report: AuditReport, scope: _Scope, entries: list[Delivery
 
 
 # -- helpers ----------------------------------------------------------------
+
+
+def _made_in_pause(run: dict[str, Any], span: dict[str, Any]) -> bool:
+    """Whether ``run`` is a manual run or test delivery made during the pause
+    ``span``: one that may be delivered while its job is paused (runs/leases.py
+    RUN_MAY_START)."""
+    return (
+        span["state"] == "paused"
+        and run["kind"] in ("manual", "test")
+        and run["scheduled_at"] >= span["pause_began"]
+    )
 
 
 def _count_jobs(scope: _Scope) -> int:

@@ -31,6 +31,7 @@ from django.views.decorators.cache import never_cache
 from core.db import DB_NOW_SQL, db_now, dict_cursor
 from core.http import json_require_safe
 from dispatch import fleet, queries
+from runs.leases import MAY_START
 
 log = logging.getLogger("punctual.health")
 
@@ -49,10 +50,12 @@ def dispatch_lag_seconds(now: dt.datetime) -> float:
     return max(0.0, (now - earliest).total_seconds())
 
 
-# The oldest claimable webhook run: waiting (pending or retrying), due, of a
-# live job. ``ORDER BY available_at LIMIT 1`` reads run_claim_webhook_idx
-# from its start in every day's partition (one probe each) and merges them;
-# the first row's job is then looked up by its key. A run of a skip/queue job
+# The oldest claimable webhook run: waiting (pending or retrying), due, and
+# allowed to start (runs/leases.py RUN_MAY_START: of an active job, or a
+# manual run or test delivery made while its job is paused). ``ORDER BY
+# available_at LIMIT 1`` reads run_claim_webhook_idx from its start in every
+# day's partition (one probe each) and merges them; the first row's job is
+# then looked up by its key. A run of a skip/queue job
 # waiting for its job's running run (runs_exclusive_running, one key probe)
 # waits for its own job, not for a worker, and is passed over. A backfill
 # spread over the coming minutes (PUNCTUAL_BACKFILL_RATE) is not due yet and
@@ -65,7 +68,7 @@ OLDEST_CLAIMABLE = f"""
            r.scheduled_at, j.id AS job_id, j.name AS job_name
     FROM t, runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id
     WHERE r.state IN ('pending', 'retrying') AND r.target_kind = 'webhook'
-      AND r.available_at <= t.now AND j.state = 'active' AND j.deleted_at IS NULL
+      AND r.available_at <= t.now {MAY_START}
       AND (%(owner)s::bigint IS NULL OR r.owner_id = %(owner)s::bigint)
       AND NOT (r.exclusive AND EXISTS (
           SELECT 1 FROM runs_exclusive_running AS x WHERE x.job_id = r.job_id))

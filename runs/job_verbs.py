@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -200,8 +202,8 @@ def resume(
     history.record_spans([current.pk], now)
     job.refresh_from_db()
     plan["created"] = Run.objects.create_for_fires(job, catch_up_fires, kind=RunKind.CATCH_UP)
-    # Its catch-up runs, and any run triggered or backfilled while it was
-    # paused, may start now.
+    # Its catch-up runs, and any run backfilled while it was paused, may
+    # start now (a manual run or test delivery made meanwhile already could).
     notify.runs_claimable("resume")
     job.record_event(
         "resumed",
@@ -216,7 +218,9 @@ def resume(
 def trigger(
     job: Job, *, idempotency_key: str | None = None, actor=None, channel: str = Channel.API
 ) -> Run:
-    """A manual run, scheduled at the database's now, delivered like any other.
+    """A manual run, scheduled at the database's now, delivered like any other,
+    at once even while the job is paused (docs/concepts/pause-and-resume.md
+    "Run it now, while paused").
 
     Its id is ``manual_id(job, key)`` when the request carried an
     Idempotency-Key, else the id of the fire at that now (runs/identity.py).
@@ -231,18 +235,14 @@ def trigger(
     job's row lock, so that concurrent triggers cannot pass the limit
     together; over it, nothing is written.
     """
-    now = db_now()
-    if idempotency_key is not None:
-        run_id = identity.manual_id(job.pk, idempotency_key)
-        earlier = Run.objects.filter(pk=run_id).first()
+    keyed = None if idempotency_key is None else identity.manual_id(job.pk, idempotency_key)
+    if keyed is not None:
+        earlier = Run.objects.filter(pk=keyed).first()
         if earlier is not None:
             return earlier
-    else:
-        run_id = identity.fire_id(job.pk, now)
     return _hand_made_run(
         job,
-        run_id,
-        now,
+        lambda now: identity.fire_id(job.pk, now) if keyed is None else keyed,
         kind=RunKind.MANUAL,
         max_attempts=job.max_attempts,
         actor=actor,
@@ -253,19 +253,19 @@ def trigger(
 
 @transaction.atomic
 def send_test_delivery(job: Job, *, actor=None, channel: str = Channel.ADMIN) -> Run:
-    """A test delivery: a run of kind ``test``, made now, with one attempt.
+    """A test delivery: a run of kind ``test``, made now, with one attempt,
+    delivered at once even while the job is paused.
 
     It answers "does my target take this job's deliveries?" at once: no
     retries, and its outcome neither adds to nor resets the job's failure
     streak (runs/outcomes.py), so a test against a target that is down cannot
     pause the job. It counts against the owner's triggers per minute, like a
-    manual run.
+    manual run. The admin's "Send test delivery" and the API's
+    ``POST /api/v1/jobs/{id}/test/`` both call it.
     """
-    now = db_now()
     return _hand_made_run(
         job,
-        identity.fire_id(job.pk, now),
-        now,
+        lambda now: identity.fire_id(job.pk, now),
         kind=RunKind.TEST,
         max_attempts=1,
         actor=actor,
@@ -276,8 +276,7 @@ def send_test_delivery(job: Job, *, actor=None, channel: str = Channel.ADMIN) ->
 
 def _hand_made_run(
     job: Job,
-    run_id,
-    now: dt.datetime,
+    run_id: Callable[[dt.datetime], uuid.UUID],
     *,
     kind: str,
     max_attempts: int,
@@ -285,16 +284,29 @@ def _hand_made_run(
     channel: str,
     action: str,
 ) -> Run:
-    """Insert a manual or test run at ``now``, within the owner's triggers
-    per minute, on the job's locked row, and record the event ``action``."""
+    """Insert a manual or test run, with the id ``run_id(now)``, within the
+    owner's triggers per minute, on the job's locked row, and record the
+    event ``action``.
+
+    ``now`` is read once the row lock is held. The race this orders: a
+    trigger that waited for a pause's lock, had it read its time before,
+    would be scheduled before the pause's ``paused_at`` although made after
+    the pause committed, and would wait for the resume instead of starting
+    (runs/leases.py RUN_MAY_START)."""
     current = job.locked()
     if current is None:
         raise Job.DoesNotExist("The job was deleted.")
+    now = db_now()
     quotas.check_triggers(
         current.owner, job.pk, Run.objects.manual_since(job.pk, now - quotas.TRIGGER_WINDOW), now
     )
     run = Run.for_job(
-        job, id=run_id, scheduled_at=now, available_at=now, kind=kind, max_attempts=max_attempts
+        job,
+        id=run_id(now),
+        scheduled_at=now,
+        available_at=now,
+        kind=kind,
+        max_attempts=max_attempts,
     )
     run.save(force_insert=True)
     job.record_event(action, actor=actor, channel=channel, changes={"run": str(run.pk)})

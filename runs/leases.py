@@ -150,18 +150,42 @@ RECORD_LOST_ATTEMPTS = record_lost_attempts(*_LEASE_EXPIRED)
 # a job whose row an owner's verb holds, or whose failure streak a completion
 # is updating.
 JOB_IS_LIVE = "AND j.state = 'active' AND j.deleted_at IS NULL"
+# Which runs may start an attempt (docs/concepts/pause-and-resume.md "Run it
+# now, while paused"): every run of an active job; of a paused job, only a
+# manual run or a test delivery made during the pause, the owner's explicit
+# "run it now" (its scheduled_at is when it was made, read under the job's
+# row lock (runs/job_verbs.py), so one made after the pause committed is
+# never older than paused_at). Scheduled, catch-up and backfill runs of a
+# paused job wait for the resume; no run of a deleted job starts. The runs
+# the pause found waiting it cancelled; one in flight finishes its attempt,
+# and its retry is cancelled (runs/outcomes.py COMPLETE), whatever its kind.
+# Never NULL (paused_at IS NOT NULL comes first), so that NOT of it
+# (outcomes.py CANCEL_STOPPED) is exact. The claims lock the job row FOR KEY
+# SHARE, so it is checked against the job's newest version (JOB_IS_LIVE).
+MADE_IN_PAUSE = """({run}.kind IN ('manual', 'test') AND {job}.paused_at IS NOT NULL
+            AND {run}.scheduled_at >= {job}.paused_at)"""
+RUN_MAY_START = (
+    """{job}.deleted_at IS NULL AND ({job}.state = 'active'
+        OR """
+    + MADE_IN_PAUSE
+    + ")"
+)
+MAY_START = "AND " + RUN_MAY_START.format(run="r", job="j")
 # A waiting run ``r`` of job ``j`` whose turn it is under the overlap policy in
 # force now: under ``allow`` a run made under ``allow`` never waits; otherwise
 # it waits while another run of the job is running, or waiting since earlier
 # (runs made exclusive still wait for each other after a change to
-# ``allow``). The claim below takes only such runs; the auditor's "stuck
+# ``allow``). Of a paused job, only the waiting runs that may start count:
+# a backfill waiting for the resume holds back no manual run made during the
+# pause. The claim below takes only such runs; the auditor's "stuck
 # waiting" rule (ops/audit.py) flags only such runs.
 #
 # Two NOT EXISTS rather than one with an OR: runs_run is partitioned by day
 # (runs/partitions.py), and each probe visits every day's partition. Split,
 # each is a plain index probe per partition (not two bitmap scans and an OR),
 # and the "waiting since earlier" one skips the days after the run's own.
-_ITS_TURN = """
+_ITS_TURN = (
+    """
     ((j.overlap_policy = 'allow' AND NOT r.exclusive) OR (NOT EXISTS (
         SELECT 1 FROM runs_run AS e
         WHERE e.job_id = r.job_id AND e.id <> r.id AND e.state = 'running'
@@ -171,8 +195,12 @@ _ITS_TURN = """
         WHERE e.job_id = r.job_id AND e.id <> r.id
           AND (j.overlap_policy <> 'allow' OR e.exclusive)
           AND e.state IN ('pending', 'retrying') AND e.scheduled_at <= r.scheduled_at
-          AND (e.scheduled_at, e.id) < (r.scheduled_at, r.id) {floor})))
+          AND (e.scheduled_at, e.id) < (r.scheduled_at, r.id) {floor}
+          AND (j.state = 'active' OR """
+    + MADE_IN_PAUSE.format(run="e", job="j")
+    + """))))
 """
+)
 ITS_TURN = _ITS_TURN.format(floor="")
 ITS_TURN_FROM_FLOOR = _ITS_TURN.format(floor=FROM_FLOOR.format(alias="e"))
 
@@ -199,7 +227,7 @@ CLAIM_EXPIRED = (
           AND r.lease_until < %(now)s AND r.attempt < r.max_attempts {scope}
           AND r.scheduled_at >= %(floor)s
           """
-    + JOB_IS_LIVE
+    + MAY_START
     + """
         ORDER BY r.scheduled_at
         LIMIT %(limit)s
@@ -234,7 +262,7 @@ CLAIM_WAITING = (
           AND r.available_at <= %(now)s {scope}
           AND r.scheduled_at >= %(floor)s
           """
-    + JOB_IS_LIVE
+    + MAY_START
     + """
           AND """
     + ITS_TURN_FROM_FLOOR
@@ -322,7 +350,7 @@ FAIR_CLAIM = (
               AND r.target_kind = 'webhook' AND r.available_at <= %(now)s
               AND r.scheduled_at >= %(floor)s
               """
-    + JOB_IS_LIVE
+    + MAY_START
     + """
               AND """
     + ITS_TURN_FROM_FLOOR

@@ -27,9 +27,10 @@ from core.db import db_now, dict_cursor, hot_transaction
 from runs import notify, stats
 from runs.after_attempt import FAILED, RETRYING, SUCCEEDED, pause_after_streak
 from runs.leases import (
-    JOB_IS_LIVE,
     LEASE_HELD,
+    MAY_START,
     RECORD_LOST_ATTEMPTS,
+    RUN_MAY_START,
     record_lost_attempts,
     window,
 )
@@ -75,10 +76,12 @@ class Completed:
 # Worker complete loop and the pull API's complete, fenced by the one lease
 # rule (runs/leases.py LEASE_HELD): a worker whose run was taken over, or whose
 # attempt deadline passed, must not overwrite the newer attempt (its row no
-# longer matches, so it is reported stale). A retry of a job paused or deleted
-# meanwhile becomes cancelled instead, so a pause that raced the delivery still
-# stops the job: LOCK_RETRYING_JOBS runs first, so this statement's snapshot
-# shows every pause that committed before it.
+# longer matches, so it is reported stale). A retry of a run that may no
+# longer start (runs/leases.py RUN_MAY_START: its job was paused or deleted
+# meanwhile) becomes cancelled instead, so a pause that raced the delivery
+# still stops the job; a manual run made during the pause keeps its retries.
+# LOCK_RETRYING_JOBS runs first, so this statement's snapshot shows every
+# pause that committed before it.
 COMPLETE = (
     """
     WITH v AS (
@@ -87,8 +90,10 @@ COMPLETE = (
             error text, reason text, response text, outcome text, started_at timestamptz,
             duration_ms int)
     ), w AS (
-        SELECT v.*, (v.state = 'retrying'
-                     AND (j.state <> 'active' OR j.deleted_at IS NOT NULL)) AS cancel,
+        SELECT v.*, (v.state = 'retrying' AND NOT ("""
+    + RUN_MAY_START.format(run="r0", job="j")
+    + """))
+               AS cancel,
                j.deleted_at IS NOT NULL AS deleted
         FROM v JOIN runs_run AS r0 ON r0.id = v.id JOIN jobs_job AS j ON j.id = r0.job_id
         WHERE r0.scheduled_at BETWEEN %(lo)s AND %(hi)s
@@ -158,10 +163,10 @@ JOB_STREAKS = """
     RETURNING j.id, j.consecutive_failures, j.pause_after_failures, j.state
 """
 
-# Dispatcher housekeeping: runs of live jobs whose last allowed attempt lost
-# its lease end failed, and the lost attempt is recorded (those of paused or
-# deleted jobs are CANCEL_STOPPED's). FOR UPDATE re-checks
-# ``lease_until < now`` under the row lock, so a run whose worker completed
+# Dispatcher housekeeping: runs that may start (runs/leases.py RUN_MAY_START)
+# whose last allowed attempt lost its lease end failed, and the lost attempt
+# is recorded (the others, of paused or deleted jobs, are CANCEL_STOPPED's).
+# FOR UPDATE re-checks ``lease_until < now`` under the row lock, so a run whose worker completed
 # or heartbeated it meanwhile is left alone; SKIP LOCKED lets several
 # dispatchers reap at once without waiting on each other (or on a claimer).
 FAIL_EXHAUSTED = (
@@ -171,7 +176,7 @@ FAIL_EXHAUSTED = (
         WHERE r.state = 'running' AND r.lease_until < %(now)s
           AND r.attempt >= r.max_attempts
           AND EXISTS (SELECT 1 FROM jobs_job AS j WHERE j.id = r.job_id """
-    + JOB_IS_LIVE
+    + MAY_START
     + """)
         FOR UPDATE OF r SKIP LOCKED
 """
@@ -186,17 +191,20 @@ FAIL_EXHAUSTED = (
 )
 
 # Dispatcher housekeeping, next to FAIL_EXHAUSTED: the runs a pause or delete
-# could not stop end ``cancelled`` with the reason ``paused`` or ``deleted``:
+# could not stop, and that may not start (runs/leases.py RUN_MAY_START: not a
+# manual run or test delivery made during the pause), end ``cancelled`` with
+# the reason ``paused`` or ``deleted``:
 # - running runs whose lease expired (their worker died or stalled): the claim
 #   no longer takes them over (runs/leases.py), and the lost attempt is
 #   recorded ``interrupted``, whatever attempts were left;
 # - retrying runs: a worker released at shutdown, or a retry a completion
 #   wrote while another completion's automatic pause committed;
 # - pending runs of a deleted job (a manual run triggered as it was deleted).
-#   A pending run of a paused job stays: the owner triggered or backfilled it
-#   while the job was paused, and it starts once the job is resumed.
-# None of them can have started an attempt meanwhile (the claim takes runs of
-# live jobs only). FOR UPDATE re-checks the run's state and lease under its
+#   A pending run of a paused job stays: the owner backfilled it while the
+#   job was paused, and it starts once the job is resumed (or it is a manual
+#   run or test delivery made during the pause, which starts at once).
+# None of them can have started an attempt meanwhile (the claim takes only
+# runs that may start). FOR UPDATE re-checks the run's state and lease under its
 # row lock, and FOR KEY SHARE the job's state: a run its worker completed or
 # heartbeated, or a job resumed meanwhile, is left alone.
 CANCEL_STOPPED = (
@@ -206,7 +214,9 @@ CANCEL_STOPPED = (
                CASE WHEN j.deleted_at IS NULL THEN 'paused' ELSE 'deleted' END AS reason
         FROM runs_run AS r JOIN jobs_job AS j ON j.id = r.job_id
         WHERE r.state IN ('pending', 'running', 'retrying')
-          AND (j.state <> 'active' OR j.deleted_at IS NOT NULL)
+          AND NOT ("""
+    + RUN_MAY_START.format(run="r", job="j")
+    + """)
           AND (r.state = 'retrying'
                OR (r.state = 'running' AND r.lease_until < %(now)s)
                OR (r.state = 'pending' AND j.deleted_at IS NOT NULL))

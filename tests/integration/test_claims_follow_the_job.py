@@ -1,5 +1,6 @@
 """Claims follow the job as it is now: no attempt of a paused or deleted job's
-run starts, and the overlap rule is the job's current policy
+run starts (but a manual run or test delivery made during the pause:
+test_run_it_now_while_paused.py), and the overlap rule is the job's current policy
 (docs/concepts/pause-and-resume.md "Pause and delete";
 docs/concepts/misfire-and-overlap.md "A changed overlap policy"). The races are
 in test_pause_races.py."""
@@ -87,14 +88,17 @@ def test_a_retry_left_waiting_on_a_stopped_job_is_never_claimed_and_is_cancelled
     assert not run.attempts.exists()  # no attempt was in flight
 
 
-def test_a_run_triggered_while_paused_starts_once_the_job_is_resumed(owner):
-    job = make_job(owner)
+def test_a_run_backfilled_while_paused_starts_once_the_job_is_resumed(owner):
+    job = make_job(owner, interval_seconds=60)
     stop("pause", job)
-    run = job_verbs.trigger(Job.objects.get(pk=job.pk))
-    assert leases.claim("w1", limit=10, lease_seconds=5) == []
-    assert outcomes.cancel_stopped() == 0  # kept: the owner asked for it
+    job_verbs.backfill(Job.objects.get(pk=job.pk), job.created_at, job.created_at + S)
+    [run] = Run.objects.filter(job=job)
+    later = run.available_at + S
+    assert leases.claim("w1", limit=10, lease_seconds=5, now=later) == []
+    assert outcomes.cancel_stopped(now=later) == 0  # kept: the owner asked for it
     job_verbs.resume(Job.objects.get(pk=job.pk))
-    assert [c.run_id for c in leases.claim("w1", limit=10, lease_seconds=5)] == [run.pk]
+    claimed = leases.claim("w1", limit=10, lease_seconds=5, now=later)
+    assert [c.run_id for c in claimed] == [run.pk]
 
 
 def test_a_run_created_as_its_job_was_deleted_is_cancelled(owner):

@@ -97,7 +97,7 @@ def test_owner_verbs_that_make_runs_claimable_notify(owner, heard):
     assert heard() == []
     job_verbs.pause(job)
     assert heard() == []
-    job_verbs.resume(job)  # a run triggered while paused may start now
+    job_verbs.resume(job)  # a run backfilled while paused may start now
     assert heard() == ["resume"]
 
 

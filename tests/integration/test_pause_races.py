@@ -151,3 +151,33 @@ def test_a_claim_in_progress_does_not_make_a_due_job_wait_a_tick(owner):
         other.result()
     assert result.jobs == 1
     assert Run.objects.filter(job=job).count() == 1
+
+
+def test_a_trigger_that_waited_for_a_pause_s_lock_starts_at_once(owner):
+    """The admin's trigger (the verb takes the job's row lock itself) waits
+    while an API pause holds the row; the pause reads its time after the
+    trigger began. The trigger reads its own time once it has the lock, so its
+    run is made during the pause, and starts at once
+    (docs/concepts/pause-and-resume.md "Run it now, while paused")."""
+    job = make_job(owner)
+    locked, go = threading.Event(), threading.Event()
+
+    def api_pause():
+        with transaction.atomic():
+            row = Job.objects.select_for_update().get(pk=job.pk)  # as get_job(lock=True)
+            locked.set()
+            assert go.wait(30), "the test never let the pause go on"
+            job_verbs.pause(row)
+
+    pause = start(api_pause)
+    assert locked.wait(30)
+    trigger = start(lambda: job_verbs.trigger(Job.objects.get(pk=job.pk)))
+    try:
+        wait_until_blocked_or_done(trigger, "the trigger")
+    finally:
+        go.set()
+    pause.result()
+    run = trigger.result()
+
+    assert run.scheduled_at >= Job.objects.get(pk=job.pk).paused_at
+    assert [c.run_id for c in leases.claim("w1", limit=10, lease_seconds=30)] == [run.pk]

@@ -41,7 +41,7 @@ def test_every_statement_is_rendered_whole_with_each_variant_the_code_sends():
         "CLAIM_WAITING (scope: pull owner, one job)",
     ]
     # Six fragments, one text: what the worker sends.
-    assert "AND j.state = 'active' AND j.deleted_at IS NULL" in claim.variants[0][1]
+    assert "AND j.deleted_at IS NULL AND (j.state = 'active'" in claim.variants[0][1]
     assert "FOR UPDATE OF r SKIP LOCKED FOR KEY SHARE OF j SKIP LOCKED" in claim.variants[0][1]
     assert "Worker claim loop" in claim.comment
 
