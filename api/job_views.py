@@ -429,6 +429,11 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
 
     @extend_schema(
         summary="Fire now: a manual run",
+        description=(
+            "A run of kind `manual`, scheduled now and delivered like any other, with"
+            " the job's retries. It starts at once even while the job is paused (the job"
+            " stays paused). It counts against `triggers_per_minute`."
+        ),
         request=None,
         parameters=[IDEMPOTENCY_KEY],
         responses={201: RunSerializer, 422: KEY_REUSED},
@@ -448,6 +453,32 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             run = job_verbs.trigger(
                 job, idempotency_key=key, actor=request.user, channel=Channel.API
             )
+        return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Send a test delivery: one attempt, now",
+        description=(
+            "What the admin's *Send test delivery* does: a run of kind `test`, made now,"
+            " with one attempt and no retries, delivered at once even while the job is"
+            " paused (the job stays paused). Its outcome neither adds to nor resets the"
+            " job's failure streak. It counts against `triggers_per_minute`, as a trigger"
+            " does, and answers as a trigger does: the new run."
+        ),
+        request=None,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={201: RunSerializer, 422: KEY_REUSED},
+    )
+    @action(detail=True, methods=["post"], url_path="test", url_name="test")
+    def test_delivery(self, request, pk=None):
+        self.get_job()  # 404 before the key is looked at
+        EmptySerializer(data=request.data).is_valid(raise_exception=True)
+        # Nothing more to check: the write is all.
+        return idempotency.respond(request, lambda: functools.partial(self._test_delivery, request))
+
+    def _test_delivery(self, request: Request) -> Response:
+        with transaction.atomic():
+            job = self.get_job(lock=True)
+            run = job_verbs.send_test_delivery(job, actor=request.user, channel=Channel.API)
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(

@@ -1,5 +1,5 @@
-"""``Idempotency-Key`` for POST /jobs/ and POST /jobs/{id}/trigger/ (docs/guides/api.md
-"Idempotency-Key").
+"""``Idempotency-Key`` for POST /jobs/, /jobs/{id}/trigger/ and /jobs/{id}/test/
+(docs/guides/api.md "Idempotency-Key").
 
 A client that lost the answer to a create or a trigger (a timeout, a dropped
 connection) sends the same request again with the same key, and gets the first

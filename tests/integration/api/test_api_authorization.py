@@ -37,6 +37,7 @@ MATRIX: dict[str, dict[str, dict | None]] = {
     "job-pause": {"post": {"note": "taken over"}},
     "job-resume": {"post": {"catch_up": True}},
     "job-trigger": {"post": None},
+    "job-test": {"post": None},
     "job-rotate-secret": {"post": None},
     "job-backfill": {"post": WINDOW},
     "job-preview": {"get": None},
