@@ -10,8 +10,10 @@ After every step:
 - the fire auditor finds nothing (a run left ``running`` past its lease is
   only checked once the fleet came back, after the last step: a crashed
   worker with nobody to take over is the scenario, not a bug);
-- no attempt of a run starts while its job is paused or deleted (a manual or
-  backfill run the owner created during the pause is theirs to run);
+- no attempt of a run starts while its job is paused or deleted, but one of
+  a manual run or a test delivery the owner made during the pause (before
+  any delete), which starts at once: a backfill made during the pause waits
+  for the resume;
 - under the overlap policy now in force, at most one run of a skip or queue
   job is running, and a queue job has at most one scheduled run waiting.
   Runs that were already running (or waiting) when an ``allow`` job switched
