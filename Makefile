@@ -157,7 +157,7 @@ test-fast: install ## unit and integration tests only (no OS processes, no brows
 test-faults: install ## the fault suite alone: real processes, SIGKILL, a PostgreSQL restart
 	$(call pytest,-q -rs tests/processes/faults)
 
-# The pooler pass: the process tests marked `pooler` (15 of the tier's 62),
+# The pooler pass: the process tests marked `pooler` (15 of the tier's 63),
 # every process behind PgBouncer in transaction mode. They are the cases a
 # pooler changes: each transaction on another server connection (so no
 # prepared statement, session setting or session lock may outlive it: the
