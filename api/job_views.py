@@ -440,10 +440,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
     )
     @action(detail=True, methods=["post"])
     def trigger(self, request, pk=None):
-        self.get_job()  # 404 before the key is looked at
-        EmptySerializer(data=request.data).is_valid(raise_exception=True)
-        # Nothing more to check: the write is all.
-        return idempotency.respond(request, lambda: functools.partial(self._trigger, request))
+        return self._make_run_once(request, self._trigger)
 
     def _trigger(self, request: Request) -> Response:
         with transaction.atomic():
@@ -470,10 +467,15 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
     )
     @action(detail=True, methods=["post"], url_path="test", url_name="test")
     def test_delivery(self, request, pk=None):
-        self.get_job()  # 404 before the key is looked at
+        return self._make_run_once(request, self._test_delivery)
+
+    def _make_run_once(self, request: Request, write) -> Response:
+        """A verb that takes no body and makes a run (trigger, test delivery):
+        404 before the key is looked at, then ``write`` under the request's
+        Idempotency-Key. Nothing more to check: the write is all."""
+        self.get_job()
         EmptySerializer(data=request.data).is_valid(raise_exception=True)
-        # Nothing more to check: the write is all.
-        return idempotency.respond(request, lambda: functools.partial(self._test_delivery, request))
+        return idempotency.respond(request, lambda: functools.partial(write, request))
 
     def _test_delivery(self, request: Request) -> Response:
         with transaction.atomic():
