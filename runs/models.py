@@ -77,6 +77,8 @@ class Reason:
     PAST_GRACE = "past grace"
     OVER_CATCHUP_CAP = "over catch-up cap"
     OVERLAP = "overlap"
+    # A missed fire of a backlog that no dispatcher reached in time (runs/planning.py).
+    NO_DISPATCHER = "no dispatcher"
     PAUSED = "paused"
     DELETED = "deleted"
     LEASE_EXHAUSTED = "lease expired on the last attempt"

@@ -21,6 +21,9 @@ MAX_MISSED_ROWS = 100
 
 SCHEDULED, CATCH_UP = "scheduled", "catch_up"
 PENDING, MISSED, SKIPPED = "pending", "missed", "skipped"
+# The reason of a fire that a backlog left behind (_runnable): no dispatcher
+# reached it in time. runs/models.py Reason.NO_DISPATCHER.
+NO_DISPATCHER = "no dispatcher"
 
 
 @dataclass(frozen=True)
@@ -147,22 +150,17 @@ def plan_job(job: DueJob, now: dt.datetime, running: int = 0, waiting: int = 0) 
        late: that is "delayed", and shows as lag); older -> misfires.
     3. Misfire policy: ``skip`` records misfires as ``missed``; ``catch_up`` runs
        the most recent ``max_catchup`` of them (kind ``catch_up``) and records
-       older ones as ``missed``. Missed rows are capped at MAX_MISSED_ROWS,
-       the newest kept; older misfires are counted (missed_counted, and the
-       earliest as missed_since), never listed.
-    4. Overlap policy over the runnable fires, given the job's runs already
-       ``running`` and ``waiting`` (overlap_skips): ``skip`` records a fire as
-       ``skipped`` while a run is running or waiting; ``queue`` keeps at most
-       one run waiting; ``allow`` runs all. Each fire planned pending waits
-       for the next. Catch-up runs are exempt: the owner asked for them, and
-       the claim query still runs them one at a time, oldest first.
-    5. Advance next_fire_at to the first fire after now.
+       older ones as ``missed``.
+    4. Overlap policy over the runnable fires (_runnable).
+    5. Missed rows are capped at MAX_MISSED_ROWS, the newest kept; older
+       misfires are counted (missed_counted, and the earliest as
+       missed_since), never listed.
+    6. Advance next_fire_at to the first fire after now.
     """
     due = _due_fires(job, now)
     grace = dt.timedelta(seconds=job.misfire_grace_seconds)
     misfires = [f for f in due.kept if now - f > grace]
     on_time = due.kept[len(misfires) :]
-    plan = Plan(next_fire_at=due.upcoming)
 
     catch_up: list[dt.datetime] = []
     if job.misfire_policy == "catch_up" and misfires:
@@ -171,20 +169,51 @@ def plan_job(job: DueJob, now: dt.datetime, running: int = 0, waiting: int = 0) 
         reason = "over catch-up cap"
     else:
         reason = "past grace"
-    recorded = misfires[-MAX_MISSED_ROWS:]
-    unrecorded = misfires[: len(misfires) - len(recorded)]
-    plan.missed_counted = due.older + len(unrecorded)
-    if plan.missed_counted:
-        plan.missed_since = due.oldest if due.older else unrecorded[0]
-    plan.runs.extend(PlannedRun(f, SCHEDULED, MISSED, reason) for f in recorded)
+    runs = [PlannedRun(f, SCHEDULED, MISSED, reason) for f in misfires]
+    runs += _runnable(job, catch_up, on_time, running, waiting)
 
-    for fire in catch_up:
-        plan.runs.append(PlannedRun(fire, CATCH_UP, PENDING))
-        waiting += 1
-    for fire in on_time:
-        if overlap_skips(job.overlap_policy, running, waiting):
-            plan.runs.append(PlannedRun(fire, SCHEDULED, SKIPPED, "overlap"))
-        else:
-            plan.runs.append(PlannedRun(fire, SCHEDULED, PENDING))
-            waiting += 1
+    missed = [r.scheduled_at for r in runs if r.state == MISSED]
+    unrecorded = set(missed[: max(0, len(missed) - MAX_MISSED_ROWS)])
+    plan = Plan(
+        runs=[r for r in runs if r.scheduled_at not in unrecorded],
+        next_fire_at=due.upcoming,
+        missed_counted=due.older + len(unrecorded),
+    )
+    if plan.missed_counted:
+        plan.missed_since = due.oldest if due.older else min(unrecorded)
     return plan
+
+
+def _runnable(
+    job: DueJob, catch_up: list[dt.datetime], on_time: list[dt.datetime], running: int, waiting: int
+) -> list[PlannedRun]:
+    """The overlap policy over the catch-up and on-time fires, oldest first,
+    given the job's runs already ``running`` and ``waiting`` (overlap_skips).
+
+    ``skip`` records a fire as ``skipped`` while a run is running or
+    waiting; ``queue`` keeps at most one run waiting; ``allow`` runs all.
+    Each fire planned pending waits for the next. Catch-up runs are exempt:
+    the owner asked for them, and the claim query still runs them one at a
+    time, oldest first.
+
+    A fire declined only because of a run this same plan made (a catch-up
+    run, or an earlier fire of the backlog) was not declined by a run that
+    ran too long: no dispatcher reached it before the job's next fire came
+    due (it was down, restarting, or a full interval behind), and when one
+    came back it found the fires together. It is ``missed`` with the reason
+    NO_DISPATCHER. A fire declined by a run that was already active keeps
+    ``overlap``: that run was there whether or not a dispatcher was.
+    """
+    runs = [PlannedRun(fire, CATCH_UP, PENDING) for fire in catch_up]
+    made = len(catch_up)
+    waiting += made
+    for fire in on_time:
+        if not overlap_skips(job.overlap_policy, running, waiting):
+            runs.append(PlannedRun(fire, SCHEDULED, PENDING))
+            waiting += 1
+            made += 1
+        elif overlap_skips(job.overlap_policy, running, waiting - made):
+            runs.append(PlannedRun(fire, SCHEDULED, SKIPPED, "overlap"))
+        else:
+            runs.append(PlannedRun(fire, SCHEDULED, MISSED, NO_DISPATCHER))
+    return runs

@@ -74,12 +74,13 @@ def test_missed_rows_are_capped_and_the_rest_only_counted():
     now = T0 + dt.timedelta(days=1)
     plan = plan_job(job(interval_seconds=1, misfire_grace_seconds=1), now)
     assert plan.count("missed") == MAX_MISSED_ROWS
-    # 86,401 fires in [T0, now]; the last two are within the 1 s grace.
-    assert plan.missed_counted == 86_400 + 1 - 2 - MAX_MISSED_ROWS
+    # 86,401 fires in [T0, now]; the last two are within the 1 s grace: the
+    # first of them runs, the second is missed behind it (no dispatcher).
+    assert plan.missed_counted == 86_400 + 1 - 1 - MAX_MISSED_ROWS
     assert plan.missed_since == T0
-    # The rows recorded are the newest misfires.
-    missed = [r.scheduled_at for r in plan.runs if r.state == "missed"]
-    assert missed[-1] == now - dt.timedelta(seconds=2)
+    # The rows recorded are the newest missed fires.
+    missed = [(r.scheduled_at, r.reason) for r in plan.runs if r.state == "missed"]
+    assert missed[-2:] == [(now - 2 * dt.timedelta(seconds=1), "past grace"), (now, "no dispatcher")]
     assert plan.next_fire_at == now + dt.timedelta(seconds=1)
 
 
@@ -103,15 +104,17 @@ def test_a_long_cron_backlog_under_catch_up_runs_the_newest_fires():
         cron_job(next_fire_at=start, misfire_policy="catch_up", misfire_grace_seconds=45), now
     )
     catch_up = [r.scheduled_at for r in plan.runs if r.kind == "catch_up"]
-    missed = [r.scheduled_at for r in plan.runs if r.state == "missed"]
-    on_time = [r.scheduled_at for r in plan.runs if r.kind == "scheduled" and r.state != "missed"]
+    missed = [(r.scheduled_at, r.reason) for r in plan.runs if r.state == "missed"]
     minute = dt.timedelta(minutes=1)
-    # T0 itself is 30 s old, within the 45 s grace: it runs as scheduled.
-    assert on_time == [T0]
     assert catch_up == [T0 - 3 * minute, T0 - 2 * minute, T0 - minute]
-    assert missed == [T0 - (3 + k) * minute for k in range(MAX_MISSED_ROWS, 0, -1)]
+    # T0 itself is 30 s old, within the 45 s grace, but the catch-up runs
+    # wait ahead of it (overlap skip): no dispatcher ran when it was due.
+    # It shares the 100 missed rows with the newest misfires before those.
+    assert missed == [
+        (T0 - (3 + k) * minute, "over catch-up cap") for k in range(MAX_MISSED_ROWS - 1, 0, -1)
+    ] + [(T0, "no dispatcher")]
     total = 200 * 1440 + 1  # every minute in [start, T0]
-    assert plan.missed_counted == total - 1 - 3 - MAX_MISSED_ROWS
+    assert plan.missed_counted == total - 3 - MAX_MISSED_ROWS
     assert plan.missed_since == start
     assert plan.next_fire_at == T0 + minute
 
@@ -177,10 +180,68 @@ def test_overlap_policy_given_running_and_waiting_runs(policy, running, waiting,
 
 def test_several_on_time_fires_in_one_tick_respect_overlap_among_themselves():
     # interval 10 s, grace 60 s, dispatcher 25 s late: three fires within grace.
-    # Under queue the first waits (behind the running run); the others are skipped.
+    # Under queue the first waits (behind the running run); the others do
+    # not run, because the first of the backlog waits, not the running run.
     now = T0 + dt.timedelta(seconds=25)
     plan = plan_job(job(interval_seconds=10, overlap_policy="queue"), now, running=1, waiting=0)
-    assert [r.state for r in plan.runs] == ["pending", "skipped", "skipped"]
+    assert [(r.state, r.reason) for r in plan.runs] == [
+        ("pending", ""),
+        ("missed", "no dispatcher"),
+        ("missed", "no dispatcher"),
+    ]
+
+
+@pytest.mark.parametrize("policy", ["skip", "queue"])
+def test_a_backlog_within_grace_runs_its_first_fire_and_the_rest_read_no_dispatcher(policy):
+    """A dispatcher back after 45 s finds five fires of a 10 s job within
+    its 60 s grace: the first runs, and the others are missed because no
+    dispatcher ran, not skipped for an overlap (no run of the job was
+    active: the first of the backlog is what holds them back)."""
+    now = T0 + dt.timedelta(seconds=45)
+    plan = plan_job(job(interval_seconds=10, overlap_policy=policy), now)
+    assert states(plan) == (
+        [0.0, 10.0, 20.0, 30.0, 40.0],
+        [("scheduled", "pending", "")] + [("scheduled", "missed", "no dispatcher")] * 4,
+    )
+
+
+def test_fires_behind_catch_up_runs_read_no_dispatcher():
+    """Under catch_up and skip, the catch-up runs wait first; the fire within
+    grace behind them did not run because of the outage, not an overlap."""
+    now = T0 + dt.timedelta(minutes=10, seconds=5)
+    plan = plan_job(job(misfire_policy="catch_up", misfire_grace_seconds=30), now)
+    assert [(r.kind, r.state, r.reason) for r in plan.runs][-4:] == [
+        ("catch_up", "pending", ""),
+        ("catch_up", "pending", ""),
+        ("catch_up", "pending", ""),
+        ("scheduled", "missed", "no dispatcher"),
+    ]
+
+
+@pytest.mark.parametrize(("running", "waiting"), [(1, 0), (0, 1)])
+def test_a_backlog_behind_a_run_already_active_reads_overlap(running, waiting):
+    """A run from before the gap still running (or waiting) holds back every
+    fire of the backlog, as it would have with a dispatcher alive: overlap."""
+    now = T0 + dt.timedelta(seconds=45)
+    plan = plan_job(job(interval_seconds=10), now, running=running, waiting=waiting)
+    assert [(r.state, r.reason) for r in plan.runs] == [("skipped", "overlap")] * 5
+
+
+def test_missed_rows_of_a_backlog_share_the_row_cap_with_misfires():
+    """A 1 s job with a 60 s grace, a day behind: the 59 fires within grace
+    behind the first are missed (no dispatcher), and with the misfires'
+    rows they stay within the cap of 100 missed rows, the newest; every
+    older fire is counted."""
+    now = T0 + dt.timedelta(days=1)
+    plan = plan_job(job(interval_seconds=1), now)
+    missed = [r for r in plan.runs if r.state == "missed"]
+    assert len(missed) == MAX_MISSED_ROWS
+    assert [r.reason for r in missed].count("no dispatcher") == 60
+    assert plan.count("pending") == 1
+    assert plan.missed_counted + len(plan.runs) == 86_400 + 1
+    assert plan.missed_since == T0
+    assert [r.scheduled_at for r in plan.runs] == sorted(r.scheduled_at for r in plan.runs)
+    assert plan.runs[-1].scheduled_at == now
 
 
 def test_queue_never_plans_a_second_waiting_run():
