@@ -327,6 +327,14 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
 
     state = serializers.ChoiceField(choices=JobState.choices, read_only=True)
     pause_note = serializers.CharField(read_only=True)
+    system_pause_note = serializers.CharField(
+        read_only=True,
+        help_text=(
+            "Why the system paused the job (a 410 Gone, a failure streak, an unreadable"
+            " schedule), empty otherwise. It stays while the job is paused, also when you"
+            " pause it again with a note of your own (`pause_note`); a resume clears it."
+        ),
+    )
     paused_at = UtcDateTimeField(read_only=True, allow_null=True)
     resume_at = UtcDateTimeField(read_only=True, allow_null=True)
     consecutive_failures = serializers.IntegerField(read_only=True)

@@ -58,7 +58,8 @@ def not_failing(jobs: QuerySet[Job]) -> QuerySet[Job]:
 def paused_by_system(jobs: QuerySet[Job]) -> QuerySet[Job]:
     """Paused jobs that the system paused (a failure streak, a 410 Gone, an
     unreadable schedule), not their owner: the job row keeps who paused it
-    (``Job.paused_by``, written by the pause verbs)."""
+    (``Job.paused_by``, written by the pause verbs), and an owner's pause
+    over the system's keeps it ``system`` until a resume."""
     return jobs.filter(state=JobState.PAUSED, paused_by=Channel.SYSTEM)
 
 

@@ -110,7 +110,9 @@ def pause_view(model_admin: OwnerScopedAdmin, request, object_id):
     """The job page's "Pause…": a form (note, resume time), then the verb.
     On a paused job it changes the note and the resume time."""
     job = _changeable(model_admin, request, object_id)
-    initial = {"note": job.pause_note}
+    # Over the system's pause, the note is the owner's own, added beside
+    # the system's reason (which stays): it starts empty.
+    initial = {"note": "" if job.pause_note == job.system_pause_note else job.pause_note}
     if job.resume_at:
         initial.update(resume_at=f"{job.resume_at:%Y-%m-%d %H:%M}", zone="UTC")
     form = _pause_form([job], request.POST if request.method == "POST" else None, initial)

@@ -389,7 +389,7 @@ class JobAdmin(OwnerScopedAdmin):
         if obj.state == JobState.PAUSED:
             return format_html(
                 '<span class="punctual-badge st-paused" title="{}">{}</span>',
-                obj.pause_note or "paused",
+                " · ".join(obj.pause_notes()) or "paused",
                 "Paused (auto)" if obj.paused_by == Channel.SYSTEM else "Paused",
             )
         if obj.consecutive_failures:
@@ -541,8 +541,7 @@ class JobAdmin(OwnerScopedAdmin):
         if obj.state != JobState.PAUSED:
             return badge
         parts = [badge]
-        if obj.pause_note:
-            parts.append(format_html("“{}”", obj.pause_note))
+        parts += [format_html("“{}”", note) for note in obj.pause_notes()]
         if obj.paused_at:
             parts.append(format_html("since {} UTC", f"{obj.paused_at:%Y-%m-%d %H:%M}"))
         if obj.resume_at:

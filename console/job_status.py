@@ -97,7 +97,12 @@ def _state_lines(job: Job, now: dt.datetime, viewer) -> tuple[str, str, list[str
             details.append(f"resumes at {moment(job.resume_at, job.timezone, now)}")
         else:
             details.append("stays paused until resumed")
-        return "paused", pause_headline(job, paused_by(job), viewer), details + streak
+        event = paused_by(job)
+        if job.paused_by == Channel.SYSTEM and event is not None and event.channel != Channel.SYSTEM:
+            # The owner paused it over the system's pause: their note
+            # beside the system's reason, which stays the headline.
+            details.insert(0, _owner_pause(job, event, viewer, first="then paused"))
+        return "paused", pause_headline(job, event, viewer), details + streak
     if job.next_fire_at is None:
         details = ["no further fires"]
     else:
@@ -130,17 +135,24 @@ def paused_by(job: Job) -> JobEvent | None:
 
 
 def pause_headline(job: Job, event: JobEvent | None, viewer) -> str:
-    """``Paused by you: “deploy”``; for the system's own pauses, its note,
-    which says why (a 410 Gone, a failure streak, an unreadable schedule)."""
+    """``Paused by you: “deploy”``; for the system's own pauses, its reason
+    (a 410 Gone, a failure streak, an unreadable schedule), also when the
+    owner paused the job again since (``paused_by`` stays ``system``)."""
+    if job.paused_by == Channel.SYSTEM:
+        return job.system_pause_note or job.pause_note or "Paused automatically"
+    return _owner_pause(job, event, viewer)
+
+
+def _owner_pause(job: Job, event: JobEvent | None, viewer, first: str = "Paused") -> str:
+    """``Paused by ann through the API: “deploy”``: who paused the job last
+    (the latest "paused" event), how, and their note."""
     note = job.pause_note
-    if event is not None and event.channel == Channel.SYSTEM:
-        return note or "Paused automatically"
     if event is None or event.actor is None:
-        who = "Paused"
+        who = first
     elif event.actor_id == getattr(viewer, "pk", None):
-        who = "Paused by you"
+        who = f"{first} by you"
     else:
-        who = f"Paused by {event.actor}"
+        who = f"{first} by {event.actor}"
     if event is not None and event.channel == Channel.API:
         who += " through the API"
     return f"{who}: “{note}”" if note else who

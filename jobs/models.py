@@ -198,6 +198,13 @@ class Job(models.Model):
     paused_by = models.CharField(
         max_length=10, choices=Channel.choices, blank=True, default="", db_default=""
     )
+    # The system's reason for its pause, kept while the job stays paused: an
+    # owner who pauses a job the system paused (a new note, a resume_at)
+    # adds their note in pause_note, and paused_by stays "system". A resume
+    # clears both (docs/concepts/pause-and-resume.md "Paused by the system").
+    system_pause_note = models.CharField(
+        max_length=500, blank=True, default="", db_default="", editable=False
+    )
     resume_at = models.DateTimeField(null=True, blank=True)
     consecutive_failures = models.PositiveIntegerField(default=0)
     next_fire_at = models.DateTimeField(null=True, blank=True)
@@ -382,6 +389,15 @@ class Job(models.Model):
         None once it is deleted. A verb decides on this copy, never on the
         caller's, which may have been read before another writer committed."""
         return Job.objects.select_for_update().filter(pk=self.pk, deleted_at__isnull=True).first()
+
+    def pause_notes(self) -> list[str]:
+        """Why the job is paused, in words: the system's reason first, when
+        the system paused it, then the owner's note if it is another (an
+        owner's pause over the system's adds it); none while active."""
+        if self.state != JobState.PAUSED:
+            return []
+        notes = [self.system_pause_note, self.pause_note]
+        return [note for i, note in enumerate(notes) if note and note not in notes[:i]]
 
     # -- schedule -----------------------------------------------------------
 

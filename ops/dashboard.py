@@ -165,7 +165,7 @@ def _jobs_card(key: str, title: str, jobs, query: str, detail, empty: str) -> Ca
     items = [
         Item(job.name, _job_url(job), detail(job))
         for job in jobs.order_by("name").only(
-            "id", "name", "consecutive_failures", "pause_note", "state"
+            "id", "name", "consecutive_failures", "pause_note", "system_pause_note", "state"
         )[:CARD_ITEMS]
     ]
     link = reverse("admin:jobs_job_changelist") + "?" + query
@@ -247,7 +247,8 @@ def attention_cards(user) -> list[Card]:
             "Paused by the system",
             attention.paused_by_system(jobs),
             "paused_by=system",
-            lambda job: job.pause_note,
+            # The system's reason, also when the owner paused the job again since.
+            lambda job: job.system_pause_note or job.pause_note,
             "No job was paused by the system.",
         ),
         _jobs_card(

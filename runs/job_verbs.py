@@ -54,8 +54,9 @@ PLANNING_FIELDS = SCHEDULE_FIELDS | {
 # The columns each verb writes, and so what its event may show changing.
 PAUSE_FIELDS = frozenset({"state", "pause_note", "paused_at", "resume_at", "next_fire_at"})
 RESUME_FIELDS = PAUSE_FIELDS | {"consecutive_failures"}
-# Written with them, and left out of their events (which name the channel).
-PAUSED_BY = "paused_by"
+# Written with them, and left out of their events (which name the channel,
+# and the system's reason as the note of its own pause).
+PAUSED_BY = frozenset({"paused_by", "system_pause_note"})
 DELETE_FIELDS = frozenset({"deleted_at", "next_fire_at"})
 
 
@@ -131,29 +132,36 @@ def _pause_locked(
     channel: str,
     job: Job | None = None,
 ) -> int:
-    """The pause, on the job's locked row ``current``."""
+    """The pause, on the job's locked row ``current``.
+
+    An owner's pause of a job the system paused keeps the system's pause:
+    ``paused_by`` stays ``system`` and ``system_pause_note`` its reason, and
+    the owner's note goes into ``pause_note`` beside it; the event says so
+    (``system_pause_kept``). Only a resume ends the system's pause.
+    """
     before = changes.snapshot(current, PAUSE_FIELDS)
     settle_due_fires(current, now, stopping=Reason.PAUSED)
+    system_paused = current.state == JobState.PAUSED and current.paused_by == Channel.SYSTEM
     # Pausing a paused job changes its note and resume_at, not when the
     # pause began: that is where a catch-up resume counts fires from.
     if current.state != JobState.PAUSED or current.paused_at is None:
         current.paused_at = now
     current.state = JobState.PAUSED
     current.pause_note = note
-    current.paused_by = channel
+    if not system_paused:
+        current.paused_by = channel
+        current.system_pause_note = note if channel == Channel.SYSTEM else ""
     current.resume_at = resume_at
     current.next_fire_at = None
-    current.save(update_fields=sorted(PAUSE_FIELDS | {PAUSED_BY}))
+    current.save(update_fields=sorted(PAUSE_FIELDS | PAUSED_BY))
     history.record_spans([current.pk], now)
     if job is not None:
         job.refresh_from_db()
     cancelled = Run.objects.cancel_waiting(job_id=current.pk, reason=Reason.PAUSED, now=now)
-    current.record_event(
-        "paused",
-        actor=actor,
-        channel=channel,
-        changes={**changes.since(before, current), "cancelled_runs": cancelled},
-    )
+    recorded = {**changes.since(before, current), "cancelled_runs": cancelled}
+    if system_paused:
+        recorded["system_pause_kept"] = current.system_pause_note
+    current.record_event("paused", actor=actor, channel=channel, changes=recorded)
     return cancelled
 
 
@@ -196,9 +204,10 @@ def resume(
     current.resume_at = None
     current.paused_at = None
     current.paused_by = ""
+    current.system_pause_note = ""
     current.next_fire_at = next_fire
     current.consecutive_failures = 0
-    current.save(update_fields=sorted(RESUME_FIELDS | {PAUSED_BY}))
+    current.save(update_fields=sorted(RESUME_FIELDS | PAUSED_BY))
     history.record_spans([current.pk], now)
     job.refresh_from_db()
     plan["created"] = Run.objects.create_for_fires(job, catch_up_fires, kind=RunKind.CATCH_UP)
@@ -408,7 +417,12 @@ def pause_unreadable(job_id, *, problem: str) -> bool:
         "next_fire_at": None,
     }
     before = changes.snapshot(paused, values)
-    Job.objects.filter(pk=job_id).update(**values, version=F("version") + 1)
+    Job.objects.filter(pk=job_id).update(
+        **values,
+        paused_by=Channel.SYSTEM,
+        system_pause_note=note,
+        version=F("version") + 1,
+    )
     history.record_spans([job_id], now)
     cancelled = Run.objects.cancel_waiting(job_id=job_id, reason=Reason.PAUSED, now=now)
     paused.record_event(

@@ -78,7 +78,8 @@ def fleet(ann, ben):
     )
     by_owner = make_job(ann, name="paused-by-ann")
     job_verbs.pause(by_owner, actor=ann, channel="admin", note="holiday")
-    # Paused by the system, then paused again by its owner: the owner's now.
+    # Paused by the system, then paused again by its owner: still the
+    # system's, with its reason, until a resume.
     repaused = make_job(ann, name="repaused-by-ann")
     job_verbs.pause_by_system(repaused.pk, note="Paused automatically after 5 failures.", now=now)
     repaused.refresh_from_db()
@@ -110,8 +111,11 @@ def test_each_card_counts_and_names_what_needs_attention(ann_client, fleet, url)
     assert "streak" in card(page, "failing") and "3 failed in a row" in card(page, "failing")
     assert "resumed-after-failure" in card(page, "failing")
     assert "its last run failed" in card(page, "failing")
-    assert card_count(page, "system-paused") == 1
+    assert card_count(page, "system-paused") == 2
     assert "gone-410" in card(page, "system-paused") and "410 Gone" in card(page, "system-paused")
+    assert "repaused-by-ann" in card(page, "system-paused")
+    assert "after 5 failures" in card(page, "system-paused")
+    assert "looking into it" not in card(page, "system-paused")
     assert card_count(page, "missed") == 2 and "missed-today" in card(page, "missed")
     assert "missed-last-week" not in card(page, "missed")
     failed = card(page, "failed-runs")
@@ -128,7 +132,10 @@ def test_each_card_links_to_the_list_of_exactly_what_it_counts(ann_client, fleet
         "streak",
         "resumed-after-failure",
     }
-    assert job_names(ann_client, card_link(page, "system-paused")) == {"gone-410"}
+    assert job_names(ann_client, card_link(page, "system-paused")) == {
+        "gone-410",
+        "repaused-by-ann",
+    }
     assert job_names(ann_client, card_link(page, "missed")) == {
         "missed-today",
         "resumed-after-failure",
@@ -147,7 +154,7 @@ def test_not_failing_is_every_other_job(ann_client, fleet):
 def test_a_superuser_sees_every_owners_jobs_on_the_cards(root_client, fleet):
     page = root_client.get(DASHBOARD).content.decode()
     assert card_count(page, "failing") == 3 and "ben-failing" in card(page, "failing")
-    assert card_count(page, "system-paused") == 2
+    assert card_count(page, "system-paused") == 3
     assert card_count(page, "missed") == 3
 
 
