@@ -98,7 +98,8 @@ def _state_lines(job: Job, now: dt.datetime, viewer) -> tuple[str, str, list[str
         else:
             details.append("stays paused until resumed")
         event = paused_by(job)
-        if job.paused_by == Channel.SYSTEM and event is not None and event.channel != Channel.SYSTEM:
+        owner_since = event is not None and event.channel != Channel.SYSTEM
+        if job.paused_by == Channel.SYSTEM and owner_since:
             # The owner paused it over the system's pause: their note
             # beside the system's reason, which stays the headline.
             details.insert(0, _owner_pause(job, event, viewer, first="then paused"))

@@ -42,8 +42,10 @@ def test_fires_of_a_stopped_dispatcher_read_no_dispatcher_and_overlaps_overlap(
         url=receiver.url("slow/2.5"),
     )
     wait_until(
-        lambda: Run.objects.filter(job=job, state="skipped", reason="overlap").exists()
-        and Run.objects.filter(job=job, state="succeeded").exists(),
+        lambda: (
+            Run.objects.filter(job=job, state="skipped", reason="overlap").exists()
+            and Run.objects.filter(job=job, state="succeeded").exists()
+        ),
         timeout=60,
         message="a delivery, and an overlap skip while the dispatcher runs",
     )
@@ -63,9 +65,7 @@ def test_fires_of_a_stopped_dispatcher_read_no_dispatcher_and_overlaps_overlap(
     recovered_at = (
         Run.objects.filter(job=job, created_at__gt=down).order_by("created_at").first().created_at
     )
-    recovery = list(
-        Run.objects.filter(job=job, created_at=recovered_at).order_by("scheduled_at")
-    )
+    recovery = list(Run.objects.filter(job=job, created_at=recovered_at).order_by("scheduled_at"))
     # Every fire since the stop, up to the recovery tick, within the grace.
     assert recovery[0].scheduled_at == last_before + dt.timedelta(seconds=1)
     assert len(recovery) >= 5
