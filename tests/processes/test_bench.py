@@ -63,9 +63,12 @@ def test_recovery_scenario_records_100_missed_rows_and_counts_the_rest():
     expect(result["scenario"] == "recovery")
     expect(result["ticks"][0] >= 1 and result["locked_s_total"] > 0)
     # 24 h of minutes, both ends included: 1,441 fires; 101 rows (100 missed,
-    # one on time); 1,340 counted. A tick that crosses a minute adds a row.
+    # one on time); 1,340 counted. A tick that crosses a minute adds a fire
+    # within the grace, held back by the one before it: a missed row ("no
+    # dispatcher"), which takes the place of the oldest recorded misfire
+    # under the cap of 100, and that one is counted.
     for fires, rows, counted in result["fires_rows_counted"]:
-        expect((fires - 1441, rows - 101, counted) in ((0, 0, 1340), (1, 1, 1340)))
+        expect((fires - 1441, rows - 101, counted) in ((0, 0, 1340), (1, 0, 1341)))
 
 
 @pytest.mark.parametrize("receiver", ["aiohttp", "plain"])
