@@ -60,6 +60,19 @@ class RunSerializer(serializers.ModelSerializer):
             "last_response",
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "reason": {
+                "help_text": (
+                    "Why the run never ran, or ended as it did: `past grace` and `over catch-up"
+                    " cap` (a misfire), `no dispatcher` (missed: no dispatcher reached the fire"
+                    " before the job's next one came due, and the first fire of that backlog"
+                    " held it back), `overlap` (skipped: an earlier run was running or"
+                    " waiting), `paused`, `deleted`, `target changed`, and for a failed run"
+                    " `permanent error`, `attempts exhausted` or `lease expired on the last"
+                    " attempt`. Empty otherwise."
+                )
+            }
+        }
 
 
 class RunDetailSerializer(RunSerializer):
