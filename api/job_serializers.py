@@ -22,7 +22,8 @@ from core.api_fields import (
     StrictSerializer,
     UtcDateTimeField,
 )
-from jobs import quotas
+from jobs import http_options, quotas
+from jobs.http_options import AuthKind, BodyMode, HttpMethod
 from jobs.limits import MAX_LENGTHS, RANGES, payload_problem
 from jobs.models import Job, JobEvent, JobState, MisfirePolicy, OverlapPolicy, TargetKind
 from jobs.schedules import (
@@ -94,6 +95,30 @@ class TagsField(serializers.Field):
 
     def to_representation(self, value):
         return list(value)
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {"type": "string", "maxLength": http_options.MAX_HEADER_VALUE},
+        "maxProperties": http_options.MAX_HEADERS,
+        "writeOnly": True,
+        "description": (
+            "Extra request headers, {name: value}. The values are secrets: stored encrypted,"
+            " never answered (header_names lists the names). Sending it replaces every"
+            " header; not sending it keeps them. Reserved names are refused."
+        ),
+    }
+)
+class HeadersField(serializers.Field):
+    """The extra headers: judged whole by ``jobs.http_options.settle``, as
+    the admin's headers box is, so that both refuse in the same words."""
+
+    def to_internal_value(self, data):
+        return data
+
+    def to_representation(self, value):
+        return value
 
 
 def schedule_errors(
@@ -308,6 +333,52 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
         help_text="http or https; required for webhook jobs. Must not reach a private address.",
     )
     payload = PayloadField(default=dict)
+    method = StrictChoiceField(
+        choices=HttpMethod.choices,
+        default=HttpMethod.POST,
+        help_text="The HTTP method of each delivery.",
+    )
+    body_mode = StrictChoiceField(
+        choices=BodyMode.choices,
+        required=False,
+        help_text=(
+            "envelope: the signed JSON envelope; payload: the job's payload as the raw JSON"
+            " body; none: no body (GET must use none). Not sent: none for GET and DELETE,"
+            " envelope otherwise (a PATCH keeps the job's, unless its new method is GET)."
+        ),
+    )
+    headers = HeadersField(write_only=True, required=False)
+    header_names = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="The names of the job's extra headers (their values are never answered).",
+    )
+    auth_kind = StrictChoiceField(
+        choices=AuthKind.choices,
+        default=AuthKind.NONE,
+        help_text="none, bearer (auth_token) or basic (auth_username and auth_password).",
+    )
+    auth_token = StrictCharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="With auth_kind bearer: sent as Authorization: Bearer <token>. Never answered.",
+    )
+    auth_username = StrictCharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="With auth_kind basic. Stored encrypted, never answered.",
+    )
+    auth_password = StrictCharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="With auth_kind basic (may be empty). Stored encrypted, never answered.",
+    )
     tags = TagsField(default=list)
     timeout_seconds = StrictIntegerField(**RANGES["timeout_seconds"].bounds(), default=30)
     max_attempts = StrictIntegerField(**RANGES["max_attempts"].bounds(), default=3)
@@ -360,6 +431,14 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
         "target_kind",
         "url",
         "payload",
+        "method",
+        "body_mode",
+        "headers",
+        "header_names",
+        "auth_kind",
+        "auth_token",
+        "auth_username",
+        "auth_password",
         "tags",
     )
 
@@ -417,9 +496,37 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
         refusal = self._interval_refusal(attrs, job)
         if refusal and "interval_seconds" not in errors:
             errors["interval_seconds"] = [refusal]
+        errors.update(self._settle_request(attrs, job))
         if errors:
             raise serializers.ValidationError(errors)
         return attrs
+
+    def _settle_request(self, attrs: dict[str, Any], job: Job | None) -> dict[str, list[str]]:
+        """The method, body mode, headers and authentication
+        (jobs/http_options.py): ``attrs`` get the model's values in place of
+        the secrets sent. Returns the errors by field."""
+        errors: dict[str, list[str]] = {}
+        method = attrs.get("method", job.method if job else HttpMethod.POST)
+        if "body_mode" not in attrs:
+            if job is None or not self.partial:
+                attrs["body_mode"] = http_options.natural_body(method)
+            elif "method" in attrs and http_options.body_problem(method, job.body_mode):
+                attrs["body_mode"] = BodyMode.NONE
+        problem = http_options.body_problem(
+            method, attrs.get("body_mode", getattr(job, "body_mode", ""))
+        )
+        if problem:
+            errors["body_mode"] = [problem]
+        auth_kind = attrs.get("auth_kind", job.auth_kind if job else AuthKind.NONE)
+        sent = {
+            name: attrs.pop(name)
+            for name in ("headers", *http_options.CREDENTIAL_FIELDS)
+            if name in attrs
+        }
+        values, problems = http_options.settle(http_options.Stored.of(job), auth_kind, sent)
+        attrs.update(values)
+        errors.update({name: [message] for name, message in problems.items()})
+        return errors
 
     def _interval_refusal(self, attrs: dict[str, Any], job: Job | None) -> str | None:
         """The owner's minimum interval (jobs/quotas.py), for an interval this

@@ -573,7 +573,9 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             "Every field a create takes, for each of your live jobs, ordered by name. An"
             " interval job without `start_at` answers its creation time there, which its"
             " steps count from, so a job made from the answer keeps the same phase. No"
-            " secret is answered: each job made from it gets a new one. More than 1,000"
+            " secret is answered: each job made from it gets a new one, and none of its extra"
+            " headers or its authentication (`auth_kind` included), which are secrets too:"
+            " set them again on the new job. More than 1,000"
             " jobs are sent back in several requests."
         ),
         responses={200: EXPORT_BODY},
@@ -581,10 +583,18 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
     @action(detail=False, methods=["get"], pagination_class=None)
     def export(self, request):
         fields = {
-            name: field for name, field in JobSerializer().fields.items() if not field.read_only
+            name: field
+            for name, field in JobSerializer().fields.items()
+            if not (field.read_only or field.write_only or name in NOT_EXPORTED)
         }
         jobs = self.get_queryset().order_by("name", "id")
         return Response([exported(job, fields) for job in jobs])
+
+
+# Left out of the export with the secrets they need (the write-only
+# headers and credentials): a job made from the export has no authentication
+# until its credentials are set again, rather than a kind it cannot use.
+NOT_EXPORTED = frozenset({"auth_kind"})
 
 
 def exported(job: Job, fields: dict[str, serializers.Field]) -> dict[str, Any]:

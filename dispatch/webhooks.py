@@ -182,6 +182,13 @@ class Delivery:
     # traceback that shows one, never leaks a signing secret.
     secrets: list[str] = field(repr=False)
     timeout_seconds: float
+    # How the endpoint is called (jobs/http_options.py, which vetted these
+    # when the job was saved). The headers and the Authorization value are
+    # secrets: kept out of repr() like the signing secrets.
+    method: str = "POST"
+    body_mode: str = "envelope"
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    authorization: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.secrets:
@@ -205,31 +212,50 @@ def _iso_utc(value: datetime) -> str:
     return text.removesuffix("+00:00") + "Z"
 
 
+def _dumps(value: Any) -> bytes:
+    # allow_nan=False: NaN is not JSON, and a strict receiver would reject it.
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
+        "utf-8"
+    )
+
+
+def build_body(delivery: Delivery, now: datetime) -> bytes:
+    """What the request carries, by the job's body mode: the envelope, the
+    payload alone, or nothing."""
+    if delivery.body_mode == "none":
+        return b""
+    if delivery.body_mode == "payload":
+        return _dumps(delivery.payload)
+    return _dumps(
+        {
+            "type": "job.fire",
+            "timestamp": _iso_utc(now),
+            "data": {
+                "run_id": delivery.run_id,
+                "job_id": delivery.job_id,
+                "job_name": delivery.job_name,
+                "scheduled_at": _iso_utc(delivery.scheduled_at),
+                "kind": delivery.kind,
+                "attempt": delivery.attempt,
+                "payload": delivery.payload,
+            },
+        }
+    )
+
+
 def build_request(delivery: Delivery, now: datetime) -> tuple[dict[str, str], bytes]:
     """The headers and body of one attempt, signed at ``now``.
 
     ``webhook-id`` and ``idempotency-key`` are both the run id, identical on
     every attempt of the run: that is what lets a receiver de-duplicate retries.
     The body timestamp and the signed ``webhook-timestamp`` are both ``now``.
+    The signature covers the body as sent: empty under body mode ``none``.
+    The job's own headers come last and may replace ``content-type``,
+    ``user-agent`` and ``accept-encoding``; the reserved ones they cannot
+    name (jobs/http_options.py refused them when the job was saved).
     """
     timestamp = int(now.timestamp())
-    document = {
-        "type": "job.fire",
-        "timestamp": _iso_utc(now),
-        "data": {
-            "run_id": delivery.run_id,
-            "job_id": delivery.job_id,
-            "job_name": delivery.job_name,
-            "scheduled_at": _iso_utc(delivery.scheduled_at),
-            "kind": delivery.kind,
-            "attempt": delivery.attempt,
-            "payload": delivery.payload,
-        },
-    }
-    # allow_nan=False: NaN is not JSON, and a strict receiver would reject it.
-    body = json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
-        "utf-8"
-    )
+    body = build_body(delivery, now)
     headers = {
         "content-type": "application/json",
         "webhook-id": delivery.run_id,
@@ -241,6 +267,14 @@ def build_request(delivery: Delivery, now: datetime) -> tuple[dict[str, str], by
         # expand to gigabytes. Asking for identity keeps the excerpt readable.
         "accept-encoding": "identity",
     }
+    if not body:
+        del headers["content-type"]
+    for name, value in delivery.headers:
+        # One header per name, whatever its case: aiohttp would send both.
+        headers.pop(name.lower(), None)
+        headers[name] = value
+    if delivery.authorization is not None:
+        headers["authorization"] = delivery.authorization
     return headers, body
 
 
@@ -506,9 +540,10 @@ async def deliver(
     1. Check the URL syntax and any literal IP host (aiohttp does not resolve
        literals, so the session's GuardedResolver never sees them).
     2. Sign the request at ``now``.
-    3. POST without following redirects, under one hard deadline covering
-       connect, headers and body: a receiver that trickles a byte every 500 ms
-       cannot stretch the attempt past ``timeout_seconds``.
+    3. Send it (the job's method, POST by default) without following
+       redirects, under one hard deadline covering connect, headers and
+       body: a receiver that trickles a byte every 500 ms cannot stretch
+       the attempt past ``timeout_seconds``.
     4. Read at most 64 KiB of the body, then drop the connection if more is left.
     5. Classify: 2xx success, statuses per ``classify_status``, 410 gone.
        A deadline that expires while the body is still arriving is a
@@ -562,8 +597,12 @@ async def deliver(
         # The one deadline. No aiohttp ClientTimeout beside it: the session has
         # none, and a second timer per request was 9 % of a busy worker's CPU.
         async with asyncio.timeout(delivery.timeout_seconds):
-            async with session.post(
-                target, data=body, headers=headers, allow_redirects=False
+            async with session.request(
+                delivery.method,
+                target,
+                data=body or None,
+                headers=headers,
+                allow_redirects=False,
             ) as response:
                 status = response.status
                 retry_after = response.headers.get("Retry-After")

@@ -57,7 +57,7 @@ from django.db import DatabaseError, close_old_connections, connection, connecti
 from core import collector
 from dispatch import fleet, webhooks
 from dispatch.wakeup import Wakeup
-from jobs import crypto, targets
+from jobs import crypto, http_options, targets
 from runs import leases, outcomes
 from runs.after_attempt import after_attempt
 from runs.retry import Outcome
@@ -202,6 +202,7 @@ class Worker:
         self.delivered = 0
         self.stopping = threading.Event()
         self._secrets: dict[tuple, list[str]] = {}
+        self._request_options: dict[tuple, tuple[tuple[tuple[str, str], ...], str | None]] = {}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="punctual-db")
         # Both made by run() or run_once() on the event loop, before any delivery.
         self._wake: asyncio.Event | None = None
@@ -247,14 +248,32 @@ class Worker:
             return secrets[:1]
         return secrets
 
+    def _request_secrets(self, c: leases.Claimed) -> tuple[tuple[tuple[str, str], ...], str | None]:
+        """The job's extra headers and its Authorization value, decrypted
+        (remembered by ciphertext, as the signing secrets are)."""
+        if not c.headers_encrypted and not c.auth_encrypted:
+            return (), None
+        key = (c.auth_kind, c.auth_encrypted, c.headers_encrypted)
+        known = self._request_options.get(key)
+        if known is None:
+            headers = http_options.unseal(c.headers_encrypted) or {}
+            credentials = http_options.unseal(c.auth_encrypted)
+            known = (tuple(headers.items()), http_options.authorization(c.auth_kind, credentials))
+            if len(self._request_options) > 10_000:
+                self._request_options.clear()
+            self._request_options[key] = known
+        return known
+
     async def _deliver(self, c: leases.Claimed) -> None:
         now = dt.datetime.now(UTC)
         extra = {"run_id": str(c.run_id), "job_id": str(c.job_id), "attempt": c.attempt}
         try:
             try:
                 secrets = self._signing_secrets(c, now)
+                headers, authorization = self._request_secrets(c)
             except crypto.SecretUnavailable as exc:
-                # Fail closed: never send a webhook unsigned.
+                # Fail closed: never send a webhook unsigned, nor without
+                # the headers or credentials its endpoint expects.
                 result = _not_attempted(Outcome.PERMANENT, str(exc))
             else:
                 delivery = webhooks.Delivery(
@@ -268,6 +287,10 @@ class Worker:
                     url=c.url,
                     secrets=secrets,
                     timeout_seconds=c.timeout_seconds,
+                    method=c.method,
+                    body_mode=c.body_mode,
+                    headers=headers,
+                    authorization=authorization,
                 )
                 assert self._session is not None  # set before any delivery starts
                 result = await webhooks.deliver(

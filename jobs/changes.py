@@ -9,7 +9,10 @@ free of what must not be copied:
 * the payload (up to 64 KiB, and edited as often as an owner likes) appears
   as its size and hash, ``{"bytes": 1234, "sha256": "..."}``, never whole:
   enough to see that it changed, and to check a copy against it;
-* a secret never appears, not even encrypted: its fields are left out.
+* a secret never appears, not even encrypted: its fields are left out. The
+  credentials and the extra headers' values (jobs/http_options.py) are
+  secrets too: an event says only that they were set, changed or removed
+  (``auth_credentials``, ``header_values``); the header names are shown.
 
 Every event of a job goes through ``record`` (the model's ``record_event``)
 or ``Job.create_many``, and every caller builds its ``changes`` with the
@@ -30,7 +33,21 @@ from jobs.limits import payload_bytes
 # Stored as a size and a hash, never whole.
 DIGESTED_FIELDS = frozenset({"payload"})
 # Never stored at all.
-SECRET_FIELDS = frozenset({"secret", "secret_encrypted", "previous_secret_encrypted"})
+SECRET_FIELDS = frozenset(
+    {
+        "secret",
+        "secret_encrypted",
+        "previous_secret_encrypted",
+        "auth_encrypted",
+        "headers_encrypted",
+        "headers",
+        "auth_token",
+        "auth_username",
+        "auth_password",
+    }
+)
+# Secrets an event mentions by what happened to them, never by value.
+MASKED_FIELDS = {"auth_encrypted": "auth_credentials", "headers_encrypted": "header_values"}
 
 
 def digest(value: Any) -> dict[str, Any]:
@@ -55,16 +72,25 @@ def shown(name: str, value: Any) -> Any:
 
 def diff(changed: Mapping[str, tuple[Any, Any]]) -> dict[str, list[Any]]:
     """``{field: [old, new]}`` for each field whose value really changed."""
-    return {
+    out: dict[str, Any] = {
         name: [shown(name, old), shown(name, new)]
         for name, (old, new) in changed.items()
         if name not in SECRET_FIELDS and old != new
     }
+    for name, label in MASKED_FIELDS.items():
+        if name in changed and changed[name][0] != changed[name][1]:
+            old, new = changed[name]
+            out[label] = "removed" if not new else "set" if not old else "changed"
+    return out
 
 
 def initial(values: Mapping[str, Any]) -> dict[str, Any]:
     """``{field: value}``: what a new job started with."""
-    return {name: shown(name, value) for name, value in values.items() if name not in SECRET_FIELDS}
+    out = {name: shown(name, value) for name, value in values.items() if name not in SECRET_FIELDS}
+    for name, label in MASKED_FIELDS.items():
+        if values.get(name):
+            out[label] = "set"
+    return out
 
 
 def snapshot(job: Any, names: Iterable[str]) -> dict[str, Any]:

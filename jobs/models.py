@@ -26,6 +26,7 @@ from django.db.models import F, Q
 from core import strict_json
 from core.db import bound_cursor, db_now, rows_insert, rows_inserted
 from jobs import changes, crypto, history
+from jobs.http_options import MAX_HEADER_NAME, AuthKind, BodyMode, HttpMethod
 from jobs.limits import MAX_LENGTHS, OWNER_LIMITS, RANGES
 from jobs.schedules import Schedule
 from jobs.tags import MAX_TAG_LENGTH, MAX_TAGS
@@ -154,6 +155,28 @@ class Job(models.Model):
     )
     url = models.CharField(max_length=MAX_LENGTHS["url"], blank=True, default="")
     payload = PayloadField(default=dict, blank=True)
+    # How the webhook is called (jobs/http_options.py has the rules). The
+    # db_defaults: the bulk create's INSERT names its columns.
+    method = models.CharField(
+        max_length=6, choices=HttpMethod.choices, default=HttpMethod.POST, db_default="POST"
+    )
+    body_mode = models.CharField(
+        max_length=10, choices=BodyMode.choices, default=BodyMode.ENVELOPE, db_default="envelope"
+    )
+    auth_kind = models.CharField(
+        max_length=10, choices=AuthKind.choices, default=AuthKind.NONE, db_default="none"
+    )
+    # Fernet tokens (jobs/crypto.py) of the credentials and of the extra
+    # headers' {name: value}; only the names are kept in the clear, to show.
+    auth_encrypted = models.TextField(blank=True, default="", db_default="", editable=False)
+    header_names = ArrayField(
+        models.CharField(max_length=MAX_HEADER_NAME),
+        default=list,
+        blank=True,
+        db_default=[],
+        editable=False,
+    )
+    headers_encrypted = models.TextField(blank=True, default="", db_default="", editable=False)
 
     # Short labels to group and find jobs by (jobs/tags.py has the rule).
     tags = ArrayField(
@@ -246,6 +269,12 @@ class Job(models.Model):
             # jobs/tags.py's count; each tag's form is checked where it comes in.
             models.CheckConstraint(
                 condition=Q(tags__len__lte=MAX_TAGS), name="job_at_most_10_tags"
+            ),
+            # Credentials exactly when the job has an authentication kind.
+            models.CheckConstraint(
+                condition=Q(auth_kind="none", auth_encrypted="")
+                | (~Q(auth_kind="none") & ~Q(auth_encrypted="")),
+                name="job_credentials_with_auth_kind",
             ),
         ]
         indexes = [

@@ -55,6 +55,12 @@ class Claimed:
     retry_backoff_seconds: int
     attempt_started_at: dt.datetime | None = None
     owner_id: int | None = None  # the job's owner (the fair claim counts shares by it)
+    # How the webhook is called (jobs/http_options.py); the secrets encrypted.
+    method: str = "POST"
+    body_mode: str = "envelope"
+    auth_kind: str = "none"
+    auth_encrypted: str = ""
+    headers_encrypted: str = ""
 
 
 # ---------------------------------------------------------------------------
@@ -67,7 +73,8 @@ _RETURNING_CLAIMED = """
               r.max_attempts, r.lease_until, r.deadline_at, j.name AS job_name,
               j.url, j.payload, j.secret_encrypted, j.previous_secret_encrypted,
               j.previous_secret_until, j.timeout_seconds, j.retry_backoff_seconds,
-              r.attempt_started_at, r.owner_id
+              r.attempt_started_at, r.owner_id, j.method, j.body_mode, j.auth_kind,
+              j.auth_encrypted, j.headers_encrypted
 """
 
 # Every unfinished run is scheduled at or after the active floor
