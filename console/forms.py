@@ -23,7 +23,7 @@ from django.utils.html import format_html, format_html_join
 
 from core import strict_json
 from core.time_bounds import range_problem
-from jobs import lookups, quotas, schedules
+from jobs import http_options, lookups, quotas, schedules
 from jobs.limits import (
     MAX_LENGTHS,
     PAYLOAD_DEPTH,
@@ -153,6 +153,30 @@ def _zones() -> str:
     )
 
 
+def parse_header_lines(text: str) -> dict[str, str]:
+    """The headers box, one ``Name: value`` per line, as the API's object;
+    blank lines are skipped. A line without a colon, or a name given twice,
+    is refused here; the names and values are judged by
+    ``http_options.settle``, in the API's words."""
+    headers: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        name, colon, value = line.partition(":")
+        if not colon:
+            raise forms.ValidationError(f"Line {number} has no colon: write Name: value.")
+        name = name.strip()
+        if name.lower() in {known.lower() for known in headers}:
+            raise forms.ValidationError(f"Header {name} is given twice.")
+        headers[name] = value.strip()
+    return headers
+
+
+SECRET_BOX = {"autocomplete": "new-password", "class": "vTextField"}
+# How the headers box shows a stored value: never a valid one (not ASCII).
+MASK = "••••••"
+
+
 class JobForm(forms.ModelForm):
     # Declared for their labels, help and empty values; every bound is read
     # from jobs/limits.py, as the model's validators and the API's are.
@@ -236,6 +260,68 @@ class JobForm(forms.ModelForm):
         help_text="A JSON object sent as data.payload in every delivery (at most 64 KiB).",
     )
 
+    # How the endpoint is called (jobs/http_options.py). The secrets are
+    # never put back in the page: an empty box keeps what the job has.
+    method = forms.ChoiceField(
+        required=False,
+        choices=http_options.HttpMethod.choices,
+        initial=http_options.HttpMethod.POST,
+        label="Method",
+        help_text="The HTTP method of each delivery. Not posted: POST.",
+    )
+    auth_kind = forms.ChoiceField(
+        required=False,
+        choices=http_options.AuthKind.choices,
+        initial=http_options.AuthKind.NONE,
+        label="Authentication",
+        help_text="Sent as the Authorization header. Not posted: none.",
+    )
+    body_mode = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("", "As the method: none for GET and DELETE, the envelope otherwise"),
+            *http_options.BodyMode.choices,
+        ],
+        label="Body",
+        help_text="What each request carries. A GET request carries no body.",
+    )
+    headers = forms.CharField(
+        required=False,
+        strip=False,
+        label="Extra headers",
+        widget=forms.Textarea(
+            attrs={"rows": 3, "placeholder": "X-Api-Key: your key", "autocomplete": "off"}
+        ),
+        help_text=(
+            f"One Name: value per line, at most {http_options.MAX_HEADERS}. The values are"
+            " stored encrypted and never shown again. Refused: Host, Content-Length,"
+            " Idempotency-Key, webhook-*, the hop-by-hop ones (Connection, Keep-Alive,"
+            " Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade), and Authorization when"
+            " the job has an authentication below."
+        ),
+    )
+    auth_token = forms.CharField(
+        required=False,
+        strip=False,
+        label="Bearer token",
+        widget=forms.PasswordInput(attrs=SECRET_BOX),
+        help_text="Sent as Authorization: Bearer <token>. Stored encrypted, never shown again.",
+    )
+    auth_username = forms.CharField(
+        required=False,
+        strip=False,
+        label="User name",
+        widget=forms.PasswordInput(attrs=SECRET_BOX),
+        help_text="For basic authentication. Stored encrypted, never shown again.",
+    )
+    auth_password = forms.CharField(
+        required=False,
+        strip=False,
+        label="Password",
+        widget=forms.PasswordInput(attrs=SECRET_BOX),
+        help_text="For basic authentication. Stored encrypted, never shown again.",
+    )
+
     # The version the page was loaded at: saving over a change made meanwhile
     # (by the API, a pause, the system) is refused, like the API's If-Match.
     expected_version = forms.IntegerField(required=False, widget=forms.HiddenInput)
@@ -275,7 +361,10 @@ class JobForm(forms.ModelForm):
             "start_at",
             "target_kind",
             "url",
+            "method",
+            "body_mode",
             "payload",
+            "auth_kind",
             "timeout_seconds",
             "max_attempts",
             "retry_backoff_seconds",
@@ -308,6 +397,20 @@ class JobForm(forms.ModelForm):
                 "not in the job's time zone. An interval counts from it (or from the job's "
                 "creation)."
             )
+        self.request_values: dict = {}
+        if self.instance.pk is not None and "headers" in self.fields:
+            # The names, each value masked: a masked line keeps its value.
+            self.fields["headers"].initial = "\n".join(
+                f"{name}: {MASK}" for name in self.instance.header_names
+            )
+            self.fields["headers"].help_text = (
+                f"A value shown as {MASK} is kept as it is; type a new one to change it,"
+                " remove a line to remove that header. "
+                + str(self.fields["headers"].help_text)
+            )
+            if self.instance.auth_kind != http_options.AuthKind.NONE:
+                for name in http_options.CREDENTIAL_FIELDS:
+                    self.fields[name].widget.attrs["placeholder"] = "(set: empty keeps it)"
         if "payload" in self.fields:
             self.fields["payload"].help_text = (
                 "A JSON object sent as data.payload in every delivery"
@@ -341,6 +444,12 @@ class JobForm(forms.ModelForm):
         # An empty box is the empty payload; anything else PayloadField judged.
         return self.cleaned_data.get("payload") or {}
 
+    def clean_method(self) -> str:
+        return self.cleaned_data.get("method") or http_options.HttpMethod.POST
+
+    def clean_auth_kind(self) -> str:
+        return self.cleaned_data.get("auth_kind") or http_options.AuthKind.NONE
+
     def clean_start_at(self) -> dt.datetime | None:
         start_at = self.cleaned_data.get("start_at")
         reason = start_at and range_problem(start_at)
@@ -363,6 +472,7 @@ class JobForm(forms.ModelForm):
             )
         self._clean_schedule(data)
         self._clean_target(data)
+        self._clean_request(data)
         self._clean_name(data)
         self._clean_owner_limits(data)
         return data
@@ -409,6 +519,48 @@ class JobForm(forms.ModelForm):
             self.add_error("url", str(exc))
             return
         data["url"] = url
+
+    def _clean_request(self, data: dict) -> None:
+        """Method, body, headers and authentication, by the API's rules
+        (``http_options.settle``), the errors next to their boxes. What is
+        to be written is kept in ``request_values`` (JobAdmin.save_model)."""
+        method = data.get("method") or http_options.HttpMethod.POST
+        data["method"] = method
+        if not data.get("body_mode"):
+            data["body_mode"] = http_options.natural_body(method)
+        problem = http_options.body_problem(method, data["body_mode"])
+        if problem and "body_mode" not in self.errors:
+            self.add_error("body_mode", problem)
+        sent: dict = {name: data[name] for name in http_options.CREDENTIAL_FIELDS if data.get(name)}
+        if "headers" in self.changed_data:
+            try:
+                sent["headers"] = self._unmasked(parse_header_lines(data.get("headers") or ""))
+            except forms.ValidationError as exc:
+                self.add_error("headers", exc)
+                return
+        kind = data["auth_kind"] = data.get("auth_kind") or http_options.AuthKind.NONE
+        values, problems = http_options.settle(http_options.Stored.of(self.instance), kind, sent)
+        for name, message in problems.items():
+            self.add_error(name, message)
+        if not problems:
+            self.request_values = values
+            for name, value in values.items():
+                setattr(self.instance, name, value)
+
+    def _unmasked(self, headers: dict[str, str]) -> dict[str, str]:
+        """``headers`` with each masked value replaced by the stored one."""
+        if MASK not in headers.values():
+            return headers
+        stored = http_options.unseal(self.instance.headers_encrypted) or {}
+        by_name = {name.lower(): value for name, value in stored.items()}
+        out = {}
+        for name, value in headers.items():
+            if value == MASK:
+                if name.lower() not in by_name:
+                    raise forms.ValidationError(f"Type the value of header {name}.")
+                value = by_name[name.lower()]
+            out[name] = value
+        return out
 
     def _clean_name(self, data: dict) -> None:
         """Names are unique per owner among live jobs. Checked here because the

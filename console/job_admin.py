@@ -208,7 +208,18 @@ class JobAdmin(OwnerScopedAdmin):
         if request.user.is_superuser:
             first.append("owner")
         schedule = ["cron", "interval_seconds", "timezone", "start_at", "schedule_preview"]
-        target = ["target_kind", "url", "payload"]
+        target = [
+            "target_kind",
+            "url",
+            "method",
+            "body_mode",
+            "payload",
+            "headers",
+            "auth_kind",
+            "auth_token",
+            "auth_username",
+            "auth_password",
+        ]
         if obj is not None:
             schedule += ["schedule_text", "next_fires", "schedule_warnings"]
             target += ["secret_status"]
@@ -301,19 +312,30 @@ class JobAdmin(OwnerScopedAdmin):
                 now=_now(obj),
                 actor=request.user,
                 channel=Channel.ADMIN,
-                changes=[changes.initial({k: v for k, v in values.items() if k in JOB_FIELDS})],
+                changes=[
+                    changes.initial(
+                        {
+                            **{k: v for k, v in values.items() if k in JOB_FIELDS},
+                            **form.request_values,
+                        }
+                    )
+                ],
                 limits=quotas.limits_for(obj.owner),
             )
             stash_secret(request, obj, secret)
         else:
             changed = [name for name in form.changed_data if name in JOB_FIELDS]
-            if changed:
+            if changed or form.request_values:
                 # Only what the form changed (job_verbs.edit): a pause, a
                 # failure count or a next fire written by another process
-                # meanwhile stays as it is.
+                # meanwhile stays as it is. The secrets' new values come
+                # sealed from the form (JobForm._clean_request).
                 job_verbs.edit(
                     obj,
-                    {name: form.cleaned_data.get(name) for name in changed},
+                    {
+                        **{name: form.cleaned_data.get(name) for name in changed},
+                        **form.request_values,
+                    },
                     actor=request.user,
                     channel=Channel.ADMIN,
                 )
