@@ -305,7 +305,10 @@ class JobForm(forms.ModelForm):
         strip=False,
         label="Bearer token",
         widget=forms.PasswordInput(attrs=SECRET_BOX),
-        help_text="Sent as Authorization: Bearer <token>. Stored encrypted, never shown again.",
+        help_text=(
+            "Sent as the Authorization header, “Bearer ” and the token. Stored encrypted, never"
+            " shown again."
+        ),
     )
     auth_username = forms.CharField(
         required=False,
@@ -398,15 +401,14 @@ class JobForm(forms.ModelForm):
                 "creation)."
             )
         self.request_values: dict = {}
-        if self.instance.pk is not None and "headers" in self.fields:
+        if not self.instance._state.adding and "headers" in self.fields:
             # The names, each value masked: a masked line keeps its value.
             self.fields["headers"].initial = "\n".join(
                 f"{name}: {MASK}" for name in self.instance.header_names
             )
             self.fields["headers"].help_text = (
                 f"A value shown as {MASK} is kept as it is; type a new one to change it,"
-                " remove a line to remove that header. "
-                + str(self.fields["headers"].help_text)
+                " remove a line to remove that header. " + str(self.fields["headers"].help_text)
             )
             if self.instance.auth_kind != http_options.AuthKind.NONE:
                 for name in http_options.CREDENTIAL_FIELDS:

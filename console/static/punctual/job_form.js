@@ -55,6 +55,27 @@
     toggle();
   }
 
+  // -- the credential rows: each under its authentication kind ------------------
+
+  function setUpAuthRows() {
+    var kind = byId("id_auth_kind");
+    if (!kind) return;
+    var rows = {
+      auth_token: "bearer",
+      auth_username: "basic",
+      auth_password: "basic",
+    };
+    function toggle() {
+      Object.keys(rows).forEach(function (name) {
+        var row = document.querySelector(".form-row.field-" + name);
+        // A row with an error stays shown, whatever the kind.
+        if (row && !row.classList.contains("errors")) row.hidden = kind.value !== rows[name];
+      });
+    }
+    kind.addEventListener("change", toggle);
+    toggle();
+  }
+
   // -- the schedule preview ----------------------------------------------------
 
   function SchedulePreview(box) {
@@ -277,6 +298,7 @@
 
   ready(function () {
     setUpCatchupRow();
+    setUpAuthRows();
     var box = byId("schedule-preview");
     if (box) new SchedulePreview(box).start();
   });
