@@ -236,6 +236,11 @@ def test_secrets_are_stored_encrypted_and_never_answered_exported_or_in_events(a
     for secret in (TOKEN, HEADER_VALUE, PASSWORD, "robot"):
         assert secret not in events
     [updated, created] = api.get(f"{url}events/").json()["results"]
+    for event in (created, updated):
+        # Not even encrypted: a ciphertext and its key leak together.
+        assert not {"auth_encrypted", "headers_encrypted", "headers", "auth_token"} & set(
+            event["changes"]
+        )
     assert created["changes"]["header_names"] == ["X-Api-Key"]
     assert created["changes"]["auth_credentials"] == "set"
     assert created["changes"]["header_values"] == "set"
