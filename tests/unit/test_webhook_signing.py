@@ -73,6 +73,34 @@ def test_a_delivery_verifies_with_the_reference_library() -> None:
     assert parsed["data"]["run_id"] == RUN_ID
 
 
+def test_each_body_mode_is_signed_over_what_it_sends() -> None:
+    secret = new_secret()
+    now = datetime.now(UTC)
+    bodies = {}
+    for mode in ("envelope", "payload", "none"):
+        headers, body = build_request(make_delivery([secret], body_mode=mode), now)
+        Webhook(secret).verify(body, headers, json_parse=bool(body))
+        bodies[mode] = (headers, body)
+    assert json.loads(bodies["envelope"][1])["data"]["run_id"] == RUN_ID
+    assert json.loads(bodies["payload"][1]) == {"report": "daily", "n": 3, "nested": {"ok": True}}
+    headers, body = bodies["none"]
+    assert body == b"" and "content-type" not in headers
+    assert headers["idempotency-key"] == headers["webhook-id"] == RUN_ID
+
+
+def test_a_jobs_headers_replace_ours_by_name_in_any_case_and_stay_out_of_repr() -> None:
+    delivery = make_delivery(
+        [new_secret()],
+        headers=(("User-Agent", "cron-job"), ("X-Api-Key", "hv-unit-secret")),
+        authorization="Bearer tok-unit-secret",
+    )
+    headers, _ = build_request(delivery, datetime.now(UTC))
+    assert headers["User-Agent"] == "cron-job" and "user-agent" not in headers
+    assert headers["X-Api-Key"] == "hv-unit-secret"
+    assert headers["authorization"] == "Bearer tok-unit-secret"
+    assert "secret" not in repr(delivery)
+
+
 def test_during_rotation_either_secret_verifies() -> None:
     new, old = new_secret(), new_secret()
     headers, body = build_request(make_delivery([new, old]), datetime.now(UTC))
