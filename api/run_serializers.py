@@ -111,6 +111,16 @@ class ClaimSerializer(StrictSerializer):
     limit = StrictIntegerField(min_value=1, max_value=100, default=1)
     lease_seconds = StrictIntegerField(min_value=5, max_value=3600, default=30)
     worker = WorkerNameField()
+    wait_seconds = StrictIntegerField(
+        min_value=0,
+        max_value=30,
+        default=0,
+        help_text=(
+            "With nothing claimable, wait up to this many seconds for a run to become"
+            " claimable, and answer it as soon as it does; an empty list when the wait ends."
+            " 0: answer at once."
+        ),
+    )
 
 
 class ClaimedRunSerializer(serializers.Serializer):

@@ -20,12 +20,13 @@ from drf_spectacular.utils import (
     extend_schema,
     extend_schema_view,
 )
-from rest_framework import mixins, serializers, viewsets
+from rest_framework import exceptions, mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.generics import get_object_or_404
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from api import claim_waits
 from api.run_serializers import (
     ClaimedRunSerializer,
     ClaimSerializer,
@@ -201,13 +202,20 @@ class RunViewSet(ApiViewMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
         summary="Pull workers: claim due runs of your own pull jobs",
         description=(
             "Takes up to `limit` due runs of your pull jobs (or of one `job`) and leases them"
-            " to `worker` for `lease_seconds`. An empty list means nothing is due: wait a"
-            " little before claiming again. Keep each run's `id` and `attempt`: heartbeat and"
-            " complete need them, and the `id` stays the same through every retry, so use it"
-            " to make the work idempotent."
+            " to `worker` for `lease_seconds`. With `wait_seconds`, a claim that finds nothing"
+            " waits up to that long and answers as soon as a run becomes claimable (a long"
+            " poll): claim again at once after an empty answer. Without it, an empty list"
+            " means nothing is due: wait a little before claiming again. Keep each run's `id`"
+            " and `attempt`: heartbeat and complete need them, and the `id` stays the same"
+            " through every retry, so use it to make the work idempotent. Each web process"
+            " lets only a few claims wait at once (half of them for one owner): past that, a"
+            " claim that finds nothing answers 429 with `Retry-After`."
         ),
         request=ClaimSerializer,
-        responses={200: ClaimedRunSerializer(many=True)},
+        responses={
+            200: ClaimedRunSerializer(many=True),
+            429: error_response("Too many claims wait in this web process: retry later."),
+        },
         examples=[CLAIM_EXAMPLE],
     )
     @action(detail=False, methods=["post"], pagination_class=None)
@@ -225,14 +233,26 @@ class RunViewSet(ApiViewMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
             if job.target_kind != "pull":
                 raise serializers.ValidationError({"job": ["This is not a pull job."]})
             job_id = job.pk
-        claimed = leases.claim(
-            pull_lease_owner(request.user, data["worker"]),
-            limit=data["limit"],
-            lease_seconds=data["lease_seconds"],
-            target_kind="pull",
-            job_owner_id=request.user.pk,
-            job_id=job_id,
-        )
+
+        def claim_once() -> list[leases.Claimed]:
+            return leases.claim(
+                pull_lease_owner(request.user, data["worker"]),
+                limit=data["limit"],
+                lease_seconds=data["lease_seconds"],
+                target_kind="pull",
+                job_owner_id=request.user.pk,
+                job_id=job_id,
+            )
+
+        try:
+            claimed = claim_waits.claim_waiting(
+                claim_once, wait_seconds=data["wait_seconds"], owner_id=request.user.pk
+            )
+        except claim_waits.TooManyWaiting:
+            raise exceptions.Throttled(
+                wait=claim_waits.RETRY_AFTER,
+                detail="Too many claims wait in this web process: claim again later.",
+            ) from None
         return Response(ClaimedRunSerializer(claimed, many=True).data)
 
     @extend_schema(

@@ -42,12 +42,9 @@ from collections.abc import Iterable
 
 import psycopg
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection
-from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.utils import ConnectionHandler
 
 from runs import leases
-from runs.notify import CHANNEL
+from runs.notify import CHANNEL, listen_conninfo
 from runs.outcomes import Result
 
 log = logging.getLogger("punctual.worker")
@@ -57,42 +54,6 @@ log = logging.getLogger("punctual.worker")
 # worker every few seconds, while the worker polls meanwhile.
 RECONNECT_MIN = 0.5
 RECONNECT_MAX = 10.0
-# A LISTEN connection only reads, so a network path that dies silently would
-# go unnoticed: TCP keepalives close it within about a minute (TCP only; a
-# Unix socket cannot drop that way). Until then the safety poll still runs.
-# Keepalive settings in the database URL take precedence over these.
-KEEPALIVES = {
-    "keepalives": 1,
-    "keepalives_idle": 30,
-    "keepalives_interval": 10,
-    "keepalives_count": 3,
-}
-
-
-def _listen_database() -> BaseDatabaseWrapper:
-    """The connection settings LISTEN uses: ``PUNCTUAL_LISTEN_DATABASE_URL``
-    when set (a direct connection, when DATABASE_URL leads to a transaction
-    pooler), else the Django connection's own."""
-    if settings.PUNCTUAL_LISTEN_DATABASE is None:
-        return connection
-    return ConnectionHandler({DEFAULT_DB_ALIAS: settings.PUNCTUAL_LISTEN_DATABASE})[
-        DEFAULT_DB_ALIAS
-    ]
-
-
-def listen_conninfo(application_name: str) -> dict:
-    """The LISTEN database's libpq parameters (not Django's own options, such
-    as the cursor factory), for a separate connection, with TCP keepalives
-    unless the URL sets its own. It prepares nothing (psycopg's
-    ``prepare_threshold`` None): it runs a few statements, once each."""
-    known = {option.keyword.decode() for option in psycopg.pq.Conninfo.get_defaults()}
-    params = {k: v for k, v in _listen_database().get_connection_params().items() if k in known}
-    return {
-        **KEEPALIVES,
-        **params,
-        "application_name": application_name[:63],
-        "prepare_threshold": None,
-    }
 
 
 class Wakeup:

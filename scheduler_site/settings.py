@@ -42,6 +42,8 @@ env = environ.Env(
     PUNCTUAL_BACKFILL_RATE=(float, 10.0),
     PUNCTUAL_OWNER_SHARE=(float, 0.5),
     PUNCTUAL_BACKLOG_DEGRADED_SECONDS=(float, 60.0),
+    PUNCTUAL_CLAIM_WAITERS=(int, 4),
+    PUNCTUAL_PULL_UNCLAIMED_SECONDS=(int, 60),
     PUNCTUAL_TRANSACTION_POOLER=(bool, False),
     PUNCTUAL_LISTEN_DATABASE_URL=(str, ""),
 )
@@ -94,6 +96,19 @@ PUNCTUAL_LISTEN = env("PUNCTUAL_LISTEN")
 PUNCTUAL_POLL_SECONDS = env("PUNCTUAL_POLL_SECONDS")
 if not 0.01 <= PUNCTUAL_POLL_SECONDS <= 3600:
     raise environ.ImproperlyConfigured("PUNCTUAL_POLL_SECONDS must be between 0.01 and 3600")
+# Pull claims with wait_seconds (api/claim_waits.py): at most this many wait at
+# once in one web process, each holding one of its threads (the Procfile runs 8
+# per process), and at most half of them for one owner. 0: no claim waits.
+PUNCTUAL_CLAIM_WAITERS = env("PUNCTUAL_CLAIM_WAITERS")
+if not 0 <= PUNCTUAL_CLAIM_WAITERS <= 1000:
+    raise environ.ImproperlyConfigured("PUNCTUAL_CLAIM_WAITERS must be between 0 and 1000")
+# A pull job's run due this long ago and still not claimed shows in "Needs
+# attention" (console/attention.py unclaimed_pull): its workers are gone.
+PUNCTUAL_PULL_UNCLAIMED_SECONDS = env("PUNCTUAL_PULL_UNCLAIMED_SECONDS")
+if not 1 <= PUNCTUAL_PULL_UNCLAIMED_SECONDS <= 86_400:
+    raise environ.ImproperlyConfigured(
+        "PUNCTUAL_PULL_UNCLAIMED_SECONDS must be between 1 and 86400"
+    )
 
 
 def _limit(name: str) -> int:

@@ -11,11 +11,10 @@ import pytest
 from django.db import connection, transaction
 
 from dispatch.dispatcher import Dispatcher
-from dispatch.wakeup import KEEPALIVES, listen_conninfo
 from jobs.schedules import jitter_offset
 from runs import job_verbs, leases, outcomes
 from runs.models import Run
-from runs.notify import CHANNEL
+from runs.notify import CHANNEL, KEEPALIVES, listen_conninfo
 from scheduler_site.database_url import database_settings
 from tests.factories import at, make_job, rewrite_job
 
