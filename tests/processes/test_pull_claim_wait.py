@@ -161,8 +161,9 @@ def test_waiting_claims_are_capped_and_leave_the_web_process_free(
         thread.start()
     try:
         # Both waits are registered once a third one is refused.
-        refused = wait_until(
-            lambda: (a := claim(base, tokens["carol"], wait_seconds=1)).status_code == 429 and a,
+        # (A list: a Response of a 429 is falsy.)
+        [refused] = wait_until(
+            lambda: (a := claim(base, tokens["carol"], wait_seconds=1)).status_code == 429 and [a],
             timeout=30,
             message="a claim past the cap to be refused",
         )
