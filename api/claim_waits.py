@@ -89,6 +89,7 @@ class Listener:
         self._thread: threading.Thread | None = None
         self._pid = 0
         self._idle_since = time.monotonic()
+        self._stop = threading.Event()
         # True while the LISTEN connection is up: only then may a request
         # wait the safety poll.
         self.listening = False
@@ -142,12 +143,21 @@ class Listener:
 
     # -- the LISTEN connection ------------------------------------------------
 
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close the LISTEN connection now (tests, before their database goes)."""
+        thread = self._thread
+        self._stop.set()
+        if thread is not None:
+            thread.join(timeout)
+        self._stop.clear()
+
     def _idle(self) -> bool:
         """True, and the thread ends, when no request has waited for
-        IDLE_CLOSE seconds. Decided under the lock, so a request that enters
-        at the same time starts a new thread."""
+        IDLE_CLOSE seconds, or when stopped. Decided under the lock, so a
+        request that enters at the same time starts a new thread."""
         with self._lock:
-            if self._waiting or time.monotonic() - self._idle_since < IDLE_CLOSE:
+            idle = not self._waiting and time.monotonic() - self._idle_since >= IDLE_CLOSE
+            if not (idle or self._stop.is_set()):
                 return False
             self._thread = None
             return True
@@ -176,7 +186,7 @@ class Listener:
             finally:
                 self.listening = False
             self.wake_all()  # poll at the fallback rate from now on
-            time.sleep(backoff)
+            self._stop.wait(backoff)
             backoff = min(RECONNECT_MAX, backoff * 2)
             if self._idle():
                 return
