@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import datetime as dt
 
+from django.conf import settings
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Now
 
-from jobs.models import Channel, Job, JobState
-from runs.models import Run, RunState
+from jobs.models import Channel, Job, JobState, TargetKind
+from runs.models import WAITING_STATES, Run, RunState
 
 ATTENTION_WINDOW = dt.timedelta(hours=24)
 # The outcomes that make a job's "last run": a run that was delivered, or
@@ -75,6 +76,43 @@ def missed_recently(jobs: QuerySet[Job]) -> QuerySet[Job]:
             )
         )
     )
+
+
+def waiting_for_a_worker(runs: QuerySet[Run]) -> QuerySet[Run]:
+    """Runs due and waiting that a worker could take now: waiting (pending or
+    retrying), due, of live jobs, and not held back by a running run of their
+    own skip/queue job. Webhook runs wait for the internal workers, pull runs
+    for their owner's. The health check's backlog (ops/health.py
+    OLDEST_CLAIMABLE) counts the webhook ones only: a pull job's workers are
+    its owner's, not the service's."""
+    running = Run.objects.filter(job=OuterRef("job"), state=RunState.RUNNING, exclusive=True)
+    return runs.filter(
+        state__in=WAITING_STATES,
+        available_at__lte=Now(),
+        job__state=JobState.ACTIVE,
+        job__deleted_at__isnull=True,
+    ).filter(Q(exclusive=False) | ~Exists(running))
+
+
+def unclaimed_pull_limit() -> dt.timedelta:
+    return dt.timedelta(seconds=settings.PUNCTUAL_PULL_UNCLAIMED_SECONDS)
+
+
+def unclaimed_pull(jobs: QuerySet[Job]) -> QuerySet[Job]:
+    """Pull jobs with a run that a worker could have claimed for over
+    ``PUNCTUAL_PULL_UNCLAIMED_SECONDS`` (60 s), and none did: the owner's
+    workers are gone, stopped, or claim other jobs (``--job``). Its
+    ``available_at`` is when it became claimable (its fire, or the end of a
+    retry's backoff), so a run claimed and then retried counts from then.
+
+    Not bounded by ``ATTENTION_WINDOW``: a run that has waited for days is the
+    one to show. The probe per pull job reads run_claim_pull_idx (waiting pull
+    runs only, by job and available_at), which holds nothing else.
+    """
+    stale = waiting_for_a_worker(
+        Run.objects.filter(job_id=OuterRef("pk"), target_kind=TargetKind.PULL)
+    ).filter(available_at__lte=Now() - unclaimed_pull_limit())
+    return jobs.filter(target_kind=TargetKind.PULL).filter(Exists(stale))
 
 
 def within(runs: QuerySet[Run], span: dt.timedelta) -> QuerySet[Run]:

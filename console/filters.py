@@ -63,6 +63,20 @@ class MissedFiresFilter(admin.SimpleListFilter):
         return queryset
 
 
+class UnclaimedPullFilter(admin.SimpleListFilter):
+    title = "unclaimed pull runs"
+    parameter_name = "unclaimed"
+
+    def lookups(self, request, model_admin):
+        seconds = int(attention.unclaimed_pull_limit().total_seconds())
+        return [("pull", f"A run waits over {seconds} s for a pull worker")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "pull":
+            return attention.unclaimed_pull(queryset)
+        return queryset
+
+
 class TagFilter(admin.SimpleListFilter):
     """Jobs that carry a tag (``JobQuerySet.tagged``, as the API's ``?tag=``).
 

@@ -42,6 +42,7 @@ from console.filters import (
     MissedFiresFilter,
     PausedByFilter,
     TagFilter,
+    UnclaimedPullFilter,
 )
 from console.forms import JobForm
 from console.job_status import job_status
@@ -145,6 +146,7 @@ class JobAdmin(OwnerScopedAdmin):
         FailingFilter,
         PausedByFilter,
         MissedFiresFilter,
+        UnclaimedPullFilter,
     )
     list_select_related = ("owner",)
     # The search box reads as the API's ?search= (JobQuerySet.search).

@@ -18,13 +18,12 @@ from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
-from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Now
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
-from console import run_actions
+from console import attention, run_actions
 from console.display import lag_text, state_badge
 from console.filters import JobFilter, WithinFilter, job_picker_media
 from core.admin_base import BadListQuery, BigTableAdmin, OwnerScopedAdmin
@@ -36,20 +35,6 @@ from runs.models import LATE_AFTER, Attempt, Run, RunState
 # The list's worker and lease columns appear only when it lists running runs.
 RUNNING_STATUSES = ("running", "lease_expired")
 RUNNING_COLUMNS = ("worker", "lease")
-
-
-def waiting_for_a_worker(queryset):
-    """The runs the health check's backlog counts (ops/health.py
-    OLDEST_CLAIMABLE): waiting webhook runs that are due, of live jobs, and
-    not held back by a running run of their own skip/queue job."""
-    running = Run.objects.filter(job=OuterRef("job"), state=RunState.RUNNING, exclusive=True)
-    return queryset.filter(
-        state__in=[RunState.PENDING, RunState.RETRYING],
-        target_kind="webhook",
-        available_at__lte=Now(),
-        job__state="active",
-        job__deleted_at__isnull=True,
-    ).filter(Q(exclusive=False) | ~Exists(running))
 
 
 class RunStatusFilter(admin.SimpleListFilter):
@@ -81,7 +66,7 @@ class RunStatusFilter(admin.SimpleListFilter):
         if value == "late":
             return queryset.late()
         if value == "waiting":
-            return waiting_for_a_worker(queryset)
+            return attention.waiting_for_a_worker(queryset)
         if value == "lease_expired":
             return queryset.filter(state=RunState.RUNNING, lease_until__lt=Now())
         if value in RunState.values:

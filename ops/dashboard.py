@@ -209,14 +209,17 @@ def _failed_runs_card(runs) -> Card:
 
 
 def _claimable_card(user) -> Card:
-    """The health check's backlog, for this owner: the run due the longest
-    that no worker has taken, and how long it has waited."""
-    oldest = health.oldest_claimable(owner_id=None if user.is_superuser else user.pk)
+    """The run due the longest that no worker has taken, webhook or pull, for
+    this owner, and how long it has waited (the health check's backlog is
+    the webhook runs' alone)."""
+    oldest = health.oldest_waiting(owner_id=None if user.is_superuser else user.pk)
     items: list[Item] = []
     waited = None
     if oldest is not None:
         waited = short_duration(oldest["age"])
         due = f"due {oldest['scheduled_at']:%m-%d %H:%M:%S} UTC"
+        if oldest["target_kind"] == "pull":
+            due += " · pull"
         items.append(Item(oldest["job_name"], run_url(oldest["run_id"]), due))
     return Card(
         "oldest-claimable",
@@ -233,6 +236,7 @@ def attention_cards(user) -> list[Card]:
     """The "Needs attention" cards, for ``user``'s jobs (a superuser's: all)."""
     jobs = Job.objects.for_owner(user)
     runs = Run.objects.for_owner(user)
+    limit = short_duration(attention.unclaimed_pull_limit().total_seconds())
     return [
         _jobs_card(
             "failing",
@@ -258,6 +262,14 @@ def attention_cards(user) -> list[Card]:
             "missed=24h",
             lambda job: "",
             "No fire was missed in the last 24 hours.",
+        ),
+        _jobs_card(
+            "unclaimed-pull",
+            "Pull runs nobody claims",
+            attention.unclaimed_pull(jobs),
+            "unclaimed=pull",
+            lambda job: f"a run waits over {limit} for a pull worker",
+            "Every pull run is being claimed.",
         ),
         _failed_runs_card(runs),
         _claimable_card(user),

@@ -52,6 +52,7 @@ def make_run(job, *, state: str = "succeeded", ago: float = 60.0, **fields) -> R
     now = db_now()
     fields.setdefault("scheduled_at", now - dt.timedelta(seconds=ago))
     fields.setdefault("available_at", fields["scheduled_at"])
+    fields.setdefault("target_kind", job.target_kind)  # as the dispatcher copies it
     if state in ("succeeded", "failed", "missed", "skipped", "cancelled"):
         fields.setdefault("finished_at", fields["scheduled_at"] + dt.timedelta(seconds=2))
     if state in ("succeeded", "failed", "running", "retrying"):

@@ -213,3 +213,31 @@ def test_the_oldest_claimable_card_links_to_the_runs_it_counts(ann, ann_client):
         if reverse("admin:runs_run_change", args=[run.pk]) in listed
     }
     assert shown == {due.pk, retry.pk}
+
+
+def test_a_pull_run_nobody_claims_needs_attention_and_is_the_oldest_waiting_run(
+    ann, ann_client, settings
+):
+    """Issue 35: a pull run had waited over 3 minutes, and "Oldest waiting
+    run" said nothing was waiting. A pull job whose run waits past
+    PUNCTUAL_PULL_UNCLAIMED_SECONDS with no claim is on its own card, and
+    its run is the oldest waiting one, on the card and in the list it links to."""
+    settings.PUNCTUAL_PULL_UNCLAIMED_SECONDS = 60
+    gone = make_job(ann, name="worker-gone", target_kind="pull", url="")
+    stale = make_run(gone, state="pending", ago=200)
+    just_due = make_job(ann, name="just-due", target_kind="pull", url="")
+    make_run(just_due, state="pending", ago=10)  # within the limit: not yet
+    claimed = make_job(ann, name="claimed", target_kind="pull", url="")
+    make_run(claimed, state="running", ago=300, lease_owner=f"pull:{ann.pk}:w1")
+    make_run(make_job(ann, name="webhook-late"), state="pending", ago=100)
+
+    page = ann_client.get(DASHBOARD).content.decode()
+    assert card_count(page, "unclaimed-pull") == 1
+    assert "worker-gone" in card(page, "unclaimed-pull")
+    assert job_names(ann_client, card_link(page, "unclaimed-pull")) == {"worker-gone"}
+
+    oldest = card(page, "oldest-claimable")
+    assert 'class="punctual-count">3 min 20 s<' in oldest
+    assert reverse("admin:runs_run_change", args=[stale.pk]) in oldest
+    listed = ann_client.get(card_link(page, "oldest-claimable")).content.decode()
+    assert reverse("admin:runs_run_change", args=[stale.pk]) in listed

@@ -162,10 +162,10 @@ def test_dashboard_run_queries_are_bounded_by_time_or_active_state(ann, root_cli
     with CaptureQueriesContext(connection) as captured:
         root_client.get(DASHBOARD)
     on_runs = [q["sql"] for q in captured if "runs_run" in q["sql"]]
-    # The outcome chart, the active counts, the failing and missed cards (a
-    # count and a list each), the failed runs, the oldest claimable run (the
-    # card's, and the backlog banner's).
-    assert len(on_runs) == 9, "\n".join(on_runs)
+    # The outcome chart, the active counts, the failing, missed and unclaimed
+    # pull cards (a count and a list each), the failed runs, the oldest
+    # claimable run (the card's, webhook and pull, and the backlog banner's).
+    assert len(on_runs) == 12, "\n".join(on_runs)
     for sql in on_runs:
         bounded_by_time = re.search(r'"scheduled_at" >= ', sql)
         active_only = re.search(r"state\"? IN \('pending', '(running|retrying)'", sql)
