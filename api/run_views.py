@@ -212,10 +212,7 @@ class RunViewSet(ApiViewMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
             " claim that finds nothing answers 429 with `Retry-After`."
         ),
         request=ClaimSerializer,
-        responses={
-            200: ClaimedRunSerializer(many=True),
-            429: error_response("Too many claims wait in this web process: retry later."),
-        },
+        responses={200: ClaimedRunSerializer(many=True)},
         examples=[CLAIM_EXAMPLE],
     )
     @action(detail=False, methods=["post"], pagination_class=None)

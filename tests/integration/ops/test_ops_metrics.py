@@ -282,3 +282,13 @@ def test_terminal_counts_are_estimated_from_statistics_on_a_big_table(scrape, ow
     assert value(samples, "punctual_runs", state="succeeded") == pytest.approx(18000, rel=0.1)
     assert value(samples, "punctual_runs", state="failed") == pytest.approx(2000, rel=0.2)
     assert value(samples, "punctual_runs", state="cancelled") == 0
+
+
+def test_a_pull_run_nobody_claims_is_the_oldest_pending_pull_run(scrape, owner):
+    job = make_job(owner, target_kind="pull", url="")
+    now = db_now()
+    at = now - dt.timedelta(seconds=200)
+    Run.objects.create(job=job, scheduled_at=at, available_at=at, state="pending", target_kind="pull")
+    _, samples = scrape()
+    assert 200 <= value(samples, "punctual_oldest_pending_seconds", target_kind="pull") < 260
+    assert value(samples, "punctual_oldest_pending_seconds", target_kind="webhook") == 0
