@@ -19,8 +19,13 @@ Standard library only: copy this file next to your code and replace
 - a dropped connection, a timeout, a 429 or a 5xx is retried with
   exponential backoff and jitter (``Retry-After`` honoured), so a restart of
   Punctual's web processes costs a pause, not a lost run;
-- an empty claim waits ``--poll-seconds`` (with jitter) before the next;
-- SIGTERM or Ctrl-C stops claiming; the runs in hand are finished first.
+- a claim waits on the server (``wait_seconds``, ``--wait-seconds``, 25 s by
+  default) until a run is due, and answers it at once: an empty answer
+  means the wait ended, and the next claim goes out at once. With
+  ``--wait-seconds 0`` (or a server that answers an empty claim early), it
+  waits ``--poll-seconds`` (with jitter) before the next;
+- SIGTERM or Ctrl-C stops claiming; the runs in hand are finished first (a
+  claim waiting on the server is let finish too: up to ``--wait-seconds``).
 
 A run can be delivered more than once (a lease lost to a slow network, a
 worker killed after the work but before ``complete``): the run ``id`` stays
@@ -107,15 +112,18 @@ class Api:
         *,
         give_up_after: float | None = None,
         stoppable: bool = False,
+        server_wait: float = 0.0,
     ) -> Any:
         """POST ``body`` as JSON; the decoded answer. Retries what is worth
         retrying until it succeeds, or ``give_up_after`` seconds have passed
         (then the last error is raised), or, if ``stoppable``, the worker is
-        stopping (then None). 409 raises LeaseLost, another 4xx Refused."""
+        stopping (then None). 409 raises LeaseLost, another 4xx Refused.
+        ``server_wait``: how long the server may hold the request before it
+        answers (a waiting claim), added to the request's timeout."""
         deadline = None if give_up_after is None else time.monotonic() + give_up_after
         delay = BACKOFF_FIRST
         while True:
-            timeout = REQUEST_TIMEOUT
+            timeout = REQUEST_TIMEOUT + server_wait
             if deadline is not None:
                 timeout = max(1.0, min(timeout, deadline - time.monotonic()))
             try:
@@ -169,9 +177,15 @@ class Worker:
     def loop(self) -> None:
         """Claim, work, complete, until told to stop."""
         while not self.stopping.is_set():
+            started = time.monotonic()
             run = self.claim()
             if run is None:
-                self.stopping.wait(random.uniform(0.5, 1.5) * self.args.poll_seconds)
+                # After a wait on the server, claim again at once; after an
+                # early empty answer (no wait asked, or the server did not
+                # wait), poll, with jitter so that workers do not call in step.
+                waited = time.monotonic() - started
+                if not self.args.wait_seconds or waited < self.args.wait_seconds / 2:
+                    self.stopping.wait(random.uniform(0.5, 1.5) * self.args.poll_seconds)
                 continue
             self.work(run)
 
@@ -181,11 +195,13 @@ class Worker:
             "limit": 1,
             "lease_seconds": self.args.lease_seconds,
         }
+        if self.args.wait_seconds:
+            body["wait_seconds"] = self.args.wait_seconds
         if self.args.job:
             body["job"] = self.args.job
         # A claim whose answer was lost in a dropped connection comes back
         # after its lease: another claim takes the run, with the next attempt.
-        claimed = self.api.post("claim/", body, stoppable=True)
+        claimed = self.api.post("claim/", body, stoppable=True, server_wait=self.args.wait_seconds)
         if not claimed:
             return None
         [item] = claimed
@@ -276,7 +292,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=1, help="runs worked at once")
     parser.add_argument("--lease-seconds", type=int, default=30, help="5 to 3600 (default 30)")
     parser.add_argument(
-        "--poll-seconds", type=float, default=5.0, help="wait after an empty claim (default 5)"
+        "--wait-seconds",
+        type=int,
+        default=25,
+        choices=range(31),
+        metavar="0..30",
+        help="how long a claim waits on the server for a run (default 25; 0: poll)",
+    )
+    parser.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=5.0,
+        help="wait after an early empty claim (default 5)",
     )
     parser.add_argument(
         "--complete-within",

@@ -97,7 +97,9 @@ def start_web(
     env: dict | None = None,
     port: int | None = None,
 ) -> tuple[subprocess.Popen, int]:
-    """gunicorn as the Procfile runs it (2 processes, 4 threads), on ``port``
+    """gunicorn as the Procfile runs it (2 processes; 4 threads, where the
+    benchmarks' figures were measured, the Procfile's 8 leave room for
+    waiting pull claims, api/claim_waits.py), on ``port``
     or a free one; returns once its health endpoint answers (200 or 503)."""
     import requests
 

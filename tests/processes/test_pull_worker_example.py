@@ -1,7 +1,8 @@
 """The pull worker of examples/pull_worker.py, as a user runs it: a separate
 process against gunicorn, with a dispatcher making the scheduled runs.
 
-It completes scheduled runs, reports failures, keeps a run whose work lasts
+It completes scheduled runs (its claims waiting on the server for them),
+reports failures, keeps a run whose work lasts
 well past its lease by heartbeating, and rides out a restart of the web
 process (its connections refused meanwhile) by retrying with backoff.
 """
@@ -47,8 +48,13 @@ def start_worker(processes, base: str, token: str, name: str, *extra: str):
         name,
         "--lease-seconds",
         str(LEASE),
+        # Claims wait on the server (api/claim_waits.py) and are answered
+        # when a run is due; the poll, a minute, would be far too slow for
+        # the deadlines below.
+        "--wait-seconds",
+        "10",
         "--poll-seconds",
-        "0.5",
+        "60",
         *extra,
         name=name,
     )
