@@ -26,7 +26,7 @@ from tests.factories import make_job
 from tests.integration.api.support import api_key
 from tests.processes.conftest import process_env, wait_until
 
-pytestmark = [pytest.mark.processes, pytest.mark.pooler, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 AN_HOUR = "3600"
 CLAIM = "/api/v1/runs/claim/"
@@ -87,6 +87,7 @@ def fire_to_answer(base: str, token: str, job, rounds: int) -> list[dict]:
     return seen
 
 
+@pytest.mark.pooler  # the web process's LISTEN goes straight to the server
 def test_a_waiting_claim_answers_a_fire_at_once_through_the_wake_up(
     owner, processes, record_property
 ):
@@ -129,6 +130,7 @@ def test_a_waiting_claim_that_finds_nothing_answers_empty_when_the_wait_ends(own
     assert not Run.objects.exists()
 
 
+@pytest.mark.pooler  # what a pooled web process without a direct LISTEN URL does
 def test_without_listen_a_waiting_claim_polls_and_still_answers_the_fire(owner, processes):
     """A transaction pooler without a direct LISTEN URL (PUNCTUAL_LISTEN=false):
     the waiting claim claims again every FALLBACK_POLL, within its wait."""

@@ -288,7 +288,9 @@ def test_a_pull_run_nobody_claims_is_the_oldest_pending_pull_run(scrape, owner):
     job = make_job(owner, target_kind="pull", url="")
     now = db_now()
     at = now - dt.timedelta(seconds=200)
-    Run.objects.create(job=job, scheduled_at=at, available_at=at, state="pending", target_kind="pull")
+    Run.objects.create(
+        job=job, scheduled_at=at, available_at=at, state="pending", target_kind="pull"
+    )
     _, samples = scrape()
     assert 200 <= value(samples, "punctual_oldest_pending_seconds", target_kind="pull") < 260
     assert value(samples, "punctual_oldest_pending_seconds", target_kind="webhook") == 0
