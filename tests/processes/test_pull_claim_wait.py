@@ -18,7 +18,9 @@ import time
 
 import pytest
 import requests
+from django.db import connection
 
+from dispatch.models import ProcessHeartbeat
 from ops.bench import processes as bench
 from runs import job_verbs
 from runs.models import Run
@@ -41,6 +43,17 @@ def start_web(processes, name: str, *, threads: int = 4, **env: str) -> str:
     )
     processes.adopt(proc, tmp / "web.out")
     return f"http://127.0.0.1:{port}"
+
+
+def start_dispatcher(processes) -> None:
+    """Once it beats: a fire while it is still starting would be late by
+    its start, which is not what these tests look at."""
+    processes.manage("dispatch")
+    wait_until(
+        ProcessHeartbeat.objects.filter(kind="dispatcher").exists,
+        timeout=60,
+        message="the dispatcher to start",
+    )
 
 
 def claim(base: str, token: str, **body) -> requests.Response:
@@ -80,6 +93,7 @@ def fire_to_answer(base: str, token: str, job, rounds: int) -> list[dict]:
                 "sent": sent,
                 "answered": answered,
                 "fire": row.scheduled_at.timestamp(),
+                "made": row.created_at.timestamp(),
                 "claimed": row.started_at.timestamp(),
             }
         )
@@ -93,7 +107,7 @@ def test_a_waiting_claim_answers_a_fire_at_once_through_the_wake_up(
 ):
     token = api_key(owner)
     base = start_web(processes, "web")
-    processes.manage("dispatch")
+    start_dispatcher(processes)
     job = make_job(owner, name="every-2s", target_kind="pull", url="", interval_seconds=2)
     rounds = fire_to_answer(base, token, job, rounds=6)
 
@@ -103,11 +117,17 @@ def test_a_waiting_claim_answers_a_fire_at_once_through_the_wake_up(
     assert len(waited) >= 3, rounds
     by_database = [r["claimed"] - r["fire"] for r in waited]
     by_client = [r["answered"] - r["fire"] for r in waited]
+    # From the dispatcher's insert of the run (its transaction's start) to
+    # the claim: the wake-up's own share, without the dispatcher's lag.
+    made_to_claim = [r["claimed"] - r["made"] for r in waited]
     figures = {
-        "fire_to_claim_ms_median": round(statistics.median(by_database) * 1000, 1),
-        "fire_to_claim_ms_max": round(max(by_database) * 1000, 1),
-        "fire_to_answer_ms_median": round(statistics.median(by_client) * 1000, 1),
-        "fire_to_answer_ms_max": round(max(by_client) * 1000, 1),
+        f"{name}_ms_{stat}": round(f(values) * 1000, 1)
+        for name, values in (
+            ("fire_to_claim", by_database),
+            ("fire_to_answer", by_client),
+            ("made_to_claim", made_to_claim),
+        )
+        for stat, f in (("median", statistics.median), ("max", max))
     }
     for key, value in figures.items():
         record_property(key, value)
@@ -136,7 +156,7 @@ def test_without_listen_a_waiting_claim_polls_and_still_answers_the_fire(owner, 
     the waiting claim claims again every FALLBACK_POLL, within its wait."""
     token = api_key(owner)
     base = start_web(processes, "web", PUNCTUAL_LISTEN="false")
-    processes.manage("dispatch")
+    start_dispatcher(processes)
     job = make_job(owner, name="every-2s", target_kind="pull", url="", interval_seconds=2)
     rounds = fire_to_answer(base, token, job, rounds=3)
     waited = [r for r in rounds if r["sent"] < r["fire"]]
@@ -144,44 +164,42 @@ def test_without_listen_a_waiting_claim_polls_and_still_answers_the_fire(owner, 
     assert max(r["answered"] - r["fire"] for r in waited) < 5.0, rounds
 
 
-def test_waiting_claims_are_capped_and_leave_the_web_process_free(
-    owner, other_owner, processes, django_user_model
-):
-    """Four threads, two waiting claims at most (one per owner): the third
-    owner's waiting claim answers 429 at once, the first owner's second waits
-    no more than once, and the health check is answered meanwhile."""
-    base = start_web(processes, "web", threads=4, PUNCTUAL_CLAIM_WAITERS="2")
-    third = django_user_model.objects.create_user("carol", password="pw-carol-123")
-    tokens = {user.username: api_key(user) for user in (owner, other_owner, third)}
-    answers: dict[str, requests.Response] = {}
-
-    def wait_for(name: str) -> None:
-        answers[name] = claim(base, tokens[name], wait_seconds=20)
-
-    threads = [threading.Thread(target=wait_for, args=(n,)) for n in ("alice", "bob")]
-    for thread in threads:
-        thread.start()
-    try:
-        # Both waits are registered once a third one is refused.
-        # (A list: a Response of a 429 is falsy.)
-        [refused] = wait_until(
-            lambda: (a := claim(base, tokens["carol"], wait_seconds=1)).status_code == 429 and [a],
-            timeout=30,
-            message="a claim past the cap to be refused",
+def web_listens() -> bool:
+    """A web process's LISTEN connection is up, in this test's database: the
+    first waiting claim opened it (api/claim_waits.py), so that claim waits."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT 1 FROM pg_stat_activity
+            WHERE datname = current_database() AND application_name LIKE 'punctual-claim-listen %%'
+              AND state = 'idle' AND query ILIKE 'LISTEN %%'
+            """
         )
-        assert refused.headers["Retry-After"] == "1"
-        again = claim(base, tokens["alice"], wait_seconds=20)
-        assert again.status_code == 429, again.text  # one per owner (half of 2)
+        return cur.fetchone() is not None
+
+
+def test_waiting_claims_are_capped_and_leave_the_web_process_free(owner, other_owner, processes):
+    """One waiting claim allowed per process: while the first owner's claim
+    waits, another owner's waiting claim, and the first owner's second, answer
+    429 at once; the health check is answered meanwhile; and the waiting claim
+    answers the run triggered for it."""
+    base = start_web(processes, "web", threads=4, PUNCTUAL_CLAIM_WAITERS="1")
+    token, other = api_key(owner), api_key(other_owner)
+    answers: list[requests.Response] = []
+    waiting = threading.Thread(target=lambda: answers.append(claim(base, token, wait_seconds=20)))
+    waiting.start()
+    try:
+        wait_until(web_listens, timeout=30, message="the first claim to wait")
+        for key in (other, token):
+            refused = claim(base, key, wait_seconds=20)
+            assert refused.status_code == 429, refused.text
+            assert refused.headers["Retry-After"] == "1"
         health = requests.get(base + "/api/v1/health/", timeout=10)
-        assert health.status_code in (200, 503)
-        assert "status" in health.json()
-        # A run for the waiting owner: its claim answers it.
+        assert health.status_code in (200, 503) and "status" in health.json()
+        assert waiting.is_alive()
         job = make_job(owner, name="now", target_kind="pull", url="", interval_seconds=3600)
         run = job_verbs.trigger(job)
-        threads[0].join(timeout=30)
-        assert answers["alice"].status_code == 200
-        assert [r["id"] for r in answers["alice"].json()] == [str(run.pk)]
     finally:
-        for thread in threads:
-            thread.join(timeout=60)
-    assert answers["bob"].json() == []
+        waiting.join(timeout=60)
+    [answer] = answers
+    assert [r["id"] for r in answer.json()] == [str(run.pk)]
