@@ -37,6 +37,7 @@ import signal
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -48,12 +49,13 @@ from django.db import (
     connection,
 )
 
+from alerts import events as alert_events
 from core import collector
 from core.db import hot_transaction
 from dispatch import fleet, queries
 from jobs.schedules import jitter_offset
 from runs import job_verbs, notify, partitions
-from runs.planning import PENDING, DueJob, plan_job
+from runs.planning import MISSED, PENDING, DueJob, plan_job
 
 log = logging.getLogger("punctual.dispatch")
 
@@ -255,9 +257,30 @@ class Dispatcher:
                 "misfires beyond the recorded cap, counted", extra={"counted": batch.counted}
             )
         batch.created = queries.insert_runs_and_advance(now, batch.advances, batch.runs)
+        self._record_missed(now, batch)
         for job_id, problem in batch.unreadable:
             job_verbs.pause_unreadable(job_id, problem=problem)
         return batch
+
+    def _record_missed(self, now: dt.datetime, batch: PlannedBatch) -> None:
+        """Fires missed in this batch (recorded ``missed`` runs, and those
+        counted past the cap) become ``missed`` alert events, in the tick's
+        transaction (alerts/events.py)."""
+        missed: Counter[int] = Counter()
+        for position, _at, _kind, state, _reason in batch.runs:
+            if state == MISSED:
+                missed[position] += 1
+        for position, advance in enumerate(batch.advances):
+            if advance.missed_counted:
+                missed[position] += advance.missed_counted
+        if missed:
+            alert_events.record(
+                [
+                    alert_events.Event(batch.advances[p].id, "missed", count=n)
+                    for p, n in missed.items()
+                ],
+                now,
+            )
 
     def _claimable_now(self, now: dt.datetime, batch: PlannedBatch) -> int:
         """How many of the batch's pending runs are claimable now. A jittered

@@ -26,6 +26,10 @@ Four loops share the state:
   finished keeps its result, which is written when the database answers
   again, and is dropped there if the run was taken over meanwhile (fencing).
 
+Beside them, on a thread of its own, the alert loop (dispatch/alert_loop.py) sends
+the alerts due (docs/guides/alerts.md), so a channel that hangs never holds
+up a delivery.
+
 On SIGTERM the worker stops claiming and gives the deliveries in flight
 ``drain_seconds`` (default: the lease length) to finish. Those still in flight
 then are cancelled. It writes the results it has, and releases everything it
@@ -56,6 +60,7 @@ from django.db import DatabaseError, close_old_connections, connection, connecti
 
 from core import collector
 from dispatch import fleet, webhooks
+from dispatch.alert_loop import AlertSender
 from dispatch.wakeup import Wakeup
 from jobs import crypto, http_options, targets
 from runs import leases, outcomes
@@ -162,8 +167,10 @@ class Worker:
         poll_interval: float = POLL_INTERVAL,
         drain_seconds: float | None = None,
         owner_share: float | None = None,
+        send_alerts: bool = True,
     ) -> None:
         self.concurrency = concurrency
+        self.send_alerts = send_alerts
         # The most runs of one owner in flight here at once (docs/design/claims.md):
         # one owner's slow receivers hold at most this many slots, and the
         # rest stay free for everyone else's fires.
@@ -635,10 +642,20 @@ class Worker:
     def run_forever(self) -> None:
         close_old_connections()
         self._collector = collector.settle()
-        # uvloop: the same asyncio API on libuv, with a cheaper loop per
-        # socket event and per task; it is most of what a busy worker does.
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(self.run())
+        # The alert loop (dispatch/alert_loop.py): a thread of its own with its own
+        # database connection, so a channel that hangs never holds up a
+        # delivery, a claim or a completion here.
+        alerts = AlertSender(self.name, rule=self.address_rule) if self.send_alerts else None
+        if alerts is not None:
+            alerts.start()
+        try:
+            # uvloop: the same asyncio API on libuv, with a cheaper loop per
+            # socket event and per task; it is most of what a busy worker does.
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(self.run())
+        finally:
+            if alerts is not None:
+                alerts.stop()
 
     def run_once(self) -> int:
         """Claim one batch, deliver it, write the results; returns runs claimed.

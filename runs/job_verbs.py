@@ -28,6 +28,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
+from alerts import events as alert_events
 from core.db import db_now
 from jobs import changes, history, quotas
 from jobs.models import Channel, Job, JobState
@@ -433,6 +434,7 @@ def pause_unreadable(job_id, *, problem: str) -> bool:
             "cancelled_runs": cancelled,
         },
     )
+    alert_events.record([alert_events.Event(job_id, "paused", detail=note)], now)
     return True
 
 
@@ -449,6 +451,7 @@ def pause_by_system(job_id, *, note: str, now: dt.datetime) -> bool:
     if current is None:
         return False
     _pause_locked(current, now, note=note, resume_at=None, channel=Channel.SYSTEM)
+    alert_events.record([alert_events.Event(current.pk, "paused", detail=note)], now)
     return True
 
 

@@ -23,6 +23,7 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 
+from alerts import events as alert_events
 from core.db import db_now, dict_cursor, hot_transaction
 from runs import notify, stats
 from runs.after_attempt import FAILED, RETRYING, SUCCEEDED, pause_after_streak
@@ -277,7 +278,19 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
             # A retry due at once; later ones are the writer's timers
             # (dispatch/wakeup.py) or the safety poll's.
             notify.runs_claimable("retry")
-        done.pauses = _pause(_update_streaks([by_id[i] for i in done.applied], tests), now)
+        pauses, recovered = _update_streaks([by_id[i] for i in done.applied], tests)
+        done.pauses = _pause(pauses, now)
+        # Cheap inserts, only for a batch with events: sent by a worker's
+        # alert loop later, never here (alerts/events.py).
+        alert_events.record(
+            [
+                alert_events.Event(by_id[i].job_id, "failed", detail=by_id[i].error)
+                for i in done.applied
+                if by_id[i].state == FAILED and i not in tests
+            ]
+            + [alert_events.Event(job_id, "recovered") for job_id in recovered],
+            now,
+        )
         # Last in the transaction: the counter rows are shared by the workers
         # of one shard, so their row locks are held only until the commit.
         stats.record_deliveries([by_id[i] for i in done.applied])
@@ -323,8 +336,12 @@ def _test_runs(rows: list[dict]) -> set[uuid.UUID]:
     return {row["id"] for row in rows if row["kind"] == RunKind.TEST}
 
 
-def _update_streaks(results: list[Result], tests: set[uuid.UUID]) -> list[tuple[uuid.UUID, str]]:
-    """Apply failure streaks per job; return the jobs that must pause.
+def _update_streaks(
+    results: list[Result], tests: set[uuid.UUID]
+) -> tuple[list[tuple[uuid.UUID, str]], list[uuid.UUID]]:
+    """Apply failure streaks per job; return the jobs that must pause, and
+    those whose failure streak a success ended (alerts/events.py: a
+    recovery).
 
     A test delivery (``tests``, run kind ``test``) is outside the streak: it
     neither adds a failure nor resets the count, so testing a target that is
@@ -346,7 +363,7 @@ def _update_streaks(results: list[Result], tests: set[uuid.UUID]) -> list[tuple[
         streaks[r.job_id] = (reset, failures)
     changed = [(job_id, reset, n) for job_id, (reset, n) in streaks.items() if reset or n]
     if not changed:
-        return pauses
+        return pauses, []
     with dict_cursor() as cur:
         cur.execute(
             JOB_STREAKS,
@@ -357,11 +374,17 @@ def _update_streaks(results: list[Result], tests: set[uuid.UUID]) -> list[tuple[
             },
         )
         rows = cur.fetchall()
+    reset = {job_id for job_id, was_reset, _ in changed if was_reset}
+    recovered = []
     for row in rows:
         note = pause_after_streak(row["consecutive_failures"], row["pause_after_failures"])
         if note and row["state"] == "active":
             pauses.append((row["id"], note))
-    return pauses
+        if row["id"] in reset and row["consecutive_failures"] == 0:
+            # A row comes back only when its streak changed: this one had
+            # failures, and a success ended them.
+            recovered.append(row["id"])
+    return pauses, recovered
 
 
 # ---------------------------------------------------------------------------
@@ -390,7 +413,20 @@ def fail_exhausted(now: dt.datetime | None = None) -> int:
             Result(run_id=row["id"], job_id=row["job_id"], attempt=row["attempt"], state=FAILED)
             for row in rows
         ]
-        _pause(_update_streaks(failed, _test_runs(rows)), now or db_now())
+        now = now or db_now()
+        tests = _test_runs(rows)
+        pauses, _ = _update_streaks(failed, tests)
+        _pause(pauses, now)
+        alert_events.record(
+            [
+                alert_events.Event(
+                    row["job_id"], "failed", detail="lease expired on the last attempt"
+                )
+                for row in rows
+                if row["id"] not in tests
+            ],
+            now,
+        )
     return len(rows)
 
 

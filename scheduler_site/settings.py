@@ -46,6 +46,10 @@ env = environ.Env(
     PUNCTUAL_PULL_UNCLAIMED_SECONDS=(int, 60),
     PUNCTUAL_TRANSACTION_POOLER=(bool, False),
     PUNCTUAL_LISTEN_DATABASE_URL=(str, ""),
+    PUNCTUAL_ALERT_QUIET_SECONDS=(float, 900.0),
+    PUNCTUAL_ALERT_RETRY_SECONDS=(float, 30.0),
+    PUNCTUAL_ALERT_MAX_ATTEMPTS=(int, 5),
+    PUNCTUAL_ALERT_SEND_SECONDS=(float, 20.0),
 )
 
 DEBUG = env("DEBUG")
@@ -149,6 +153,25 @@ PUNCTUAL_BACKLOG_DEGRADED_SECONDS = env("PUNCTUAL_BACKLOG_DEGRADED_SECONDS")
 if PUNCTUAL_BACKLOG_DEGRADED_SECONDS <= 0:
     raise environ.ImproperlyConfigured("PUNCTUAL_BACKLOG_DEGRADED_SECONDS must be positive")
 
+# Alerts (alerts/, docs/guides/alerts.md): one alert per job, kind and
+# channel per quiet period (repeats fold into it, with their count); a failed
+# send is retried with backoff (full jitter from this base) up to the cap;
+# one send may take this long before it is abandoned and retried.
+PUNCTUAL_ALERT_QUIET_SECONDS = env("PUNCTUAL_ALERT_QUIET_SECONDS")
+if not 0 <= PUNCTUAL_ALERT_QUIET_SECONDS <= 7 * 86400:
+    raise environ.ImproperlyConfigured("PUNCTUAL_ALERT_QUIET_SECONDS must be between 0 and 604800")
+PUNCTUAL_ALERT_RETRY_SECONDS = env("PUNCTUAL_ALERT_RETRY_SECONDS")
+if not 0 < PUNCTUAL_ALERT_RETRY_SECONDS <= 3600:
+    raise environ.ImproperlyConfigured(
+        "PUNCTUAL_ALERT_RETRY_SECONDS must be above 0 and at most 3600"
+    )
+PUNCTUAL_ALERT_MAX_ATTEMPTS = env("PUNCTUAL_ALERT_MAX_ATTEMPTS")
+if not 1 <= PUNCTUAL_ALERT_MAX_ATTEMPTS <= 100:
+    raise environ.ImproperlyConfigured("PUNCTUAL_ALERT_MAX_ATTEMPTS must be between 1 and 100")
+PUNCTUAL_ALERT_SEND_SECONDS = env("PUNCTUAL_ALERT_SEND_SECONDS")
+if not 0.5 <= PUNCTUAL_ALERT_SEND_SECONDS <= 300:
+    raise environ.ImproperlyConfigured("PUNCTUAL_ALERT_SEND_SECONDS must be between 0.5 and 300")
+
 # Demo mode (`make run`): the demo app (ops.demo, the built-in receiver that
 # the demo delivers to), a "demo mode" banner on every admin page, and
 # webhooks may target loopback addresses, but no other private one.
@@ -175,6 +198,7 @@ INSTALLED_APPS = [
     "api",
     "console",
     "ops",
+    "alerts",
     # The demo receiver's table and ``manage.py demo`` (make run): only with
     # PUNCTUAL_DEMO=true, so a production schema never has the demo's table.
     *(["ops.demo"] if PUNCTUAL_DEMO else []),

@@ -5,10 +5,11 @@ any import against the layering.
 
 The layers, bottom to top (a package may import only packages below it):
 
-    core -> accounts -> jobs -> runs -> {dispatch, api, console} -> ops -> scheduler_site
+    core -> accounts -> jobs -> alerts -> runs -> {dispatch, api, console} -> ops -> scheduler_site
 
 core is the shared helpers, accounts the API tokens and rate limits, jobs
-the job rows and schedule math, runs the runs and leases. Above runs, three
+the job rows and schedule math, alerts the alert channels and ledger,
+runs the runs and leases. Above runs, three
 packages share one rank: dispatch the engine's loops, api the REST API and
 console the admin. Each may import the layers below, and none of the three
 imports another: the faces and the engine stand side by side on the same
@@ -34,6 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
     ("accounts",),
     ("jobs",),
+    ("alerts",),
     ("runs",),
     ("dispatch", "api", "console"),
     ("ops",),

@@ -1,4 +1,4 @@
-"""The layering runs one way: core -> accounts -> jobs -> runs ->
+"""The layering runs one way: core -> accounts -> jobs -> alerts -> runs ->
 {dispatch, api, console} -> ops -> scheduler_site (tools/import_graph.py), where
 the three in braces share a rank and may not import each other. An import
 against it, or a cycle, fails the suite."""
@@ -16,6 +16,7 @@ RANKS = [
     ["core"],
     ["accounts"],
     ["jobs"],
+    ["alerts"],
     ["runs"],
     ["dispatch", "api", "console"],
     ["ops"],
