@@ -4,8 +4,8 @@ causes them, never a send (docs/guides/alerts.md "Events").
 Who calls ``record``, in their own transaction:
 
 - runs/outcomes.py: a run failed after its last attempt (``failed``), a job
-  recovered (``recovered``: its failure streak reset, and a ``failed`` or
-  ``paused`` alert went to the channel since its last recovery);
+  recovered (``recovered``: a run succeeded, and the job had a ``failed`` or
+  ``paused`` alert since its last success, ``recoveries``);
 - runs/job_verbs.py: the job was paused by the system (``paused``);
 - dispatch/dispatcher.py: fires were missed (``missed``, with how many).
 
@@ -60,11 +60,10 @@ _COLUMNS = """
 # Worker complete loop, pull API complete, dispatcher tick and housekeeping,
 # in their transactions: one statement per batch, only when the batch has
 # events. An owner without channels joins no row. A job's own selection
-# (alerts_jobchannel) replaces its owner's channels. A ``recovered`` event is
-# kept only for the channels that had a failure or pause alert since the
-# job's last recovery there.
+# (alerts_jobchannel) replaces its owner's channels.
 RECORD = (
-    _COLUMNS
+    "WITH ins AS ("
+    + _COLUMNS
     + """
     SELECT c.id, e.job_id, e.kind, 'pending', e.n, e.detail, d.due, d.due, 0, '', '',
            statement_timestamp(), statement_timestamp()
@@ -81,16 +80,26 @@ RECORD = (
     WHERE (NOT EXISTS (SELECT 1 FROM alerts_jobchannel AS s WHERE s.job_id = j.id)
            OR EXISTS (SELECT 1 FROM alerts_jobchannel AS s
                       WHERE s.job_id = j.id AND s.channel_id = c.id))
-      AND (e.kind <> 'recovered' OR EXISTS (
-            SELECT 1 FROM alerts_alert AS f
-            WHERE f.job_id = e.job_id AND f.channel_id = c.id AND f.kind IN ('failed', 'paused')
-              AND f.due_at > coalesce(
-                  (SELECT max(r.due_at) FROM alerts_alert AS r
-                   WHERE r.job_id = e.job_id AND r.channel_id = c.id AND r.kind = 'recovered'),
-                  '-infinity')))
 """
     + _FOLD
+    + """
+        RETURNING a.job_id, a.kind
+    ), troubled AS (
+        -- The jobs whose next success is a recovery.
+        INSERT INTO alerts_alertedjob (job_id, since)
+        SELECT DISTINCT job_id, %(now)s::timestamptz FROM ins WHERE kind IN ('failed', 'paused')
+        ON CONFLICT (job_id) DO NOTHING
+    )
+    SELECT count(*) AS n FROM ins
+"""
 )
+
+# Worker complete loop and the pull API's complete, for every batch with
+# successes: the jobs among them that were in trouble (alerts_alertedjob, a
+# table of a few rows: one key probe per job) are no longer, and recover.
+RESOLVE = """
+    DELETE FROM alerts_alertedjob WHERE job_id = ANY(%(ids)s::uuid[]) RETURNING job_id
+"""
 
 # The worker's alert loop: an install event, to every active superuser's
 # channels.
@@ -146,7 +155,20 @@ def record(events: Iterable[Event], now) -> int:
                 "quiet": settings.PUNCTUAL_ALERT_QUIET_SECONDS,
             },
         )
-        return cur.rowcount
+        return cur.fetchone()["n"]
+
+
+def recoveries(job_ids: Iterable[uuid.UUID], now) -> int:
+    """The jobs among ``job_ids`` (each had a run succeed, in the caller's
+    transaction) that had a failure or pause alert since their last success
+    recover: a ``recovered`` event each."""
+    ids = sorted(set(job_ids))
+    if not ids:
+        return 0
+    with dict_cursor() as cur:
+        cur.execute(RESOLVE, {"ids": ids})
+        recovered = [row["job_id"] for row in cur.fetchall()]
+    return record([Event(job_id, "recovered") for job_id in recovered], now)
 
 
 def record_install(kind: str, detail: str, now) -> int:

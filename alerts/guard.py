@@ -44,7 +44,8 @@ class RefusedAddressError(OSError):
 def _judge(address: object, rule: AddressRule) -> None:
     if isinstance(address, str | bytes):
         # A Unix socket path: nothing apprise needs for a channel.
-        raise RefusedAddressError("refused: alert channels may not use local sockets")
+        _local.refused.append("refused: alert channels may not use local sockets")
+        raise RefusedAddressError(_local.refused[-1])
     if not isinstance(address, tuple) or not address:
         return
     try:
@@ -52,7 +53,11 @@ def _judge(address: object, rule: AddressRule) -> None:
     except ValueError:
         raise RefusedAddressError(f"refused unreadable address {address[0]!r}") from None
     if not is_allowed_address(ip, **rule):
-        raise RefusedAddressError(f"refused non-public address {ip}")
+        message = f"refused non-public address {ip}"
+        # Kept for the sender: apprise catches the error and logs only that
+        # the connection failed.
+        _local.refused.append(message)
+        raise RefusedAddressError(message)
 
 
 def _hook(event: str, args: tuple) -> None:
@@ -78,11 +83,13 @@ def install() -> None:
 
 
 @contextlib.contextmanager
-def guarded(rule: AddressRule) -> Iterator[None]:
-    """Judge every connection this thread opens, while inside."""
+def guarded(rule: AddressRule) -> Iterator[list[str]]:
+    """Judge every connection this thread opens, while inside; yields the
+    list of the refusals made."""
     install()
     _local.rule = rule
+    _local.refused = []
     try:
-        yield
+        yield _local.refused
     finally:
         _local.rule = None

@@ -43,7 +43,7 @@ CLAIM = """
     FROM c JOIN alerts_channel AS ch ON ch.id = c.channel_id
          LEFT JOIN jobs_job AS j ON j.id = c.job_id
     WHERE a.id = c.id
-    RETURNING a.id, a.attempts, a.kind, a.count, a.detail, a.due_at, a.job_id,
+    RETURNING a.id, a.attempts AS attempt, a.kind, a.count, a.detail, a.due_at, a.job_id,
               j.name AS job_name, ch.name AS channel_name, ch.url_encrypted
 """
 

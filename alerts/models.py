@@ -69,6 +69,20 @@ class JobChannel(models.Model):
         return f"{self.job_id} → {self.channel_id}"
 
 
+class AlertedJob(models.Model):
+    """A job with a failure or pause alert and no success since: its next
+    successful run is a recovery (alerts/events.py ``recoveries``). Small:
+    one row per job in trouble, none for the rest."""
+
+    job = models.OneToOneField(
+        "jobs.Job", primary_key=True, on_delete=models.CASCADE, related_name="+"
+    )
+    since = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return str(self.job_id)
+
+
 class AlertKind(models.TextChoices):
     FAILED = "failed", "run failed"
     PAUSED = "paused", "paused by the system"

@@ -78,17 +78,15 @@ def send(url: str, *, title: str, body: str, rule: AddressRule, timeout: float) 
     plugin.socket_read_timeout = min(float(plugin.socket_read_timeout or timeout), timeout / 2)
     capture = _capture()
     capture.start()
+    refused: list[str] = []
     try:
-        with guard.guarded(rule):
+        with guard.guarded(rule) as refused:
             ok = plugin.notify(body=body, title=title)
-    except guard.RefusedAddressError as exc:
-        capture.stop()
-        return str(exc.strerror)
-    except Exception as exc:  # a plugin's bug must not end the alert loop
-        capture.stop()
-        return f"{type(exc).__name__}: {exc}"
-    lines = capture.stop()
-    if ok:
+    except Exception as exc:  # a plugin's bug, or a refusal it did not catch
+        ok, lines = False, [str(exc.strerror) if isinstance(exc, OSError) else repr(exc)]
+    else:
+        lines = []
+    lines += capture.stop()
+    if ok and not refused:
         return ""
-    refused = next((line for line in lines if "refused" in line), None)
-    return (refused or "; ".join(lines) or "apprise could not send the notification")[:2000]
+    return "; ".join(refused or lines or ["apprise could not send the notification"])[:2000]

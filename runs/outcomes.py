@@ -278,19 +278,8 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
             # A retry due at once; later ones are the writer's timers
             # (dispatch/wakeup.py) or the safety poll's.
             notify.runs_claimable("retry")
-        pauses, recovered = _update_streaks([by_id[i] for i in done.applied], tests)
-        done.pauses = _pause(pauses, now)
-        # Cheap inserts, only for a batch with events: sent by a worker's
-        # alert loop later, never here (alerts/events.py).
-        alert_events.record(
-            [
-                alert_events.Event(by_id[i].job_id, "failed", detail=by_id[i].error)
-                for i in done.applied
-                if by_id[i].state == FAILED and i not in tests
-            ]
-            + [alert_events.Event(job_id, "recovered") for job_id in recovered],
-            now,
-        )
+        done.pauses = _pause(_update_streaks([by_id[i] for i in done.applied], tests), now)
+        _record_alert_events([by_id[i] for i in done.applied], tests, now)
         # Last in the transaction: the counter rows are shared by the workers
         # of one shard, so their row locks are held only until the commit.
         stats.record_deliveries([by_id[i] for i in done.applied])
@@ -336,12 +325,8 @@ def _test_runs(rows: list[dict]) -> set[uuid.UUID]:
     return {row["id"] for row in rows if row["kind"] == RunKind.TEST}
 
 
-def _update_streaks(
-    results: list[Result], tests: set[uuid.UUID]
-) -> tuple[list[tuple[uuid.UUID, str]], list[uuid.UUID]]:
-    """Apply failure streaks per job; return the jobs that must pause, and
-    those whose failure streak a success ended (alerts/events.py: a
-    recovery).
+def _update_streaks(results: list[Result], tests: set[uuid.UUID]) -> list[tuple[uuid.UUID, str]]:
+    """Apply failure streaks per job; return the jobs that must pause.
 
     A test delivery (``tests``, run kind ``test``) is outside the streak: it
     neither adds a failure nor resets the count, so testing a target that is
@@ -363,7 +348,7 @@ def _update_streaks(
         streaks[r.job_id] = (reset, failures)
     changed = [(job_id, reset, n) for job_id, (reset, n) in streaks.items() if reset or n]
     if not changed:
-        return pauses, []
+        return pauses
     with dict_cursor() as cur:
         cur.execute(
             JOB_STREAKS,
@@ -374,17 +359,27 @@ def _update_streaks(
             },
         )
         rows = cur.fetchall()
-    reset = {job_id for job_id, was_reset, _ in changed if was_reset}
-    recovered = []
     for row in rows:
         note = pause_after_streak(row["consecutive_failures"], row["pause_after_failures"])
         if note and row["state"] == "active":
             pauses.append((row["id"], note))
-        if row["id"] in reset and row["consecutive_failures"] == 0:
-            # A row comes back only when its streak changed: this one had
-            # failures, and a success ended them.
-            recovered.append(row["id"])
-    return pauses, recovered
+    return pauses
+
+
+def _record_alert_events(results: list[Result], tests: set[uuid.UUID], now: dt.datetime) -> None:
+    """The alert events of applied results, in the completion's transaction
+    (alerts/events.py): cheap inserts, sent later by a worker's alert loop,
+    never here. A test delivery raises none."""
+    counted = [r for r in results if r.run_id not in tests]
+    alert_events.record(
+        [
+            alert_events.Event(r.job_id, "failed", detail=r.error)
+            for r in counted
+            if r.state == FAILED
+        ],
+        now,
+    )
+    alert_events.recoveries([r.job_id for r in counted if r.state == SUCCEEDED], now)
 
 
 # ---------------------------------------------------------------------------
@@ -415,8 +410,7 @@ def fail_exhausted(now: dt.datetime | None = None) -> int:
         ]
         now = now or db_now()
         tests = _test_runs(rows)
-        pauses, _ = _update_streaks(failed, tests)
-        _pause(pauses, now)
+        _pause(_update_streaks(failed, tests), now)
         alert_events.record(
             [
                 alert_events.Event(
