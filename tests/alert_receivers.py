@@ -15,10 +15,11 @@ from aiosmtpd.controller import Controller
 
 
 class JsonReceiver:
-    """Answers every POST with ``status`` (or never, with ``hang``), and
-    keeps each request's JSON body; ``connections`` counts accepted sockets."""
+    """Answers every POST with ``status``, except the first ``hang`` ones
+    (all of them with -1), which it holds without answering; keeps each
+    request's JSON body; ``connections`` counts accepted sockets."""
 
-    def __init__(self, host: str = "127.0.0.1", *, status: int = 200, hang: bool = False):
+    def __init__(self, host: str = "127.0.0.1", *, status: int = 200, hang: int = 0):
         self.bodies: list[dict] = []
         self.connections = 0
         self.status = status
@@ -31,8 +32,8 @@ class JsonReceiver:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
                 receiver.bodies.append(json.loads(body or b"{}"))
-                if receiver.hang:
-                    receiver._release.wait(60)
+                if receiver.hang < 0 or len(receiver.bodies) <= receiver.hang:
+                    receiver._release.wait(120)
                     return
                 self.send_response(receiver.status)
                 self.send_header("Content-Length", "0")
