@@ -14,6 +14,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
+from api.alert_channel_views import AlertChannelViewSet
 from api.job_views import JobViewSet, SchedulePreviewView
 from api.run_views import RunViewSet
 from api.token_views import TokenRotateView, TokenView
@@ -21,6 +22,7 @@ from api.token_views import TokenRotateView, TokenView
 router = SimpleRouter()
 router.register("jobs", JobViewSet, basename="job")
 router.register("runs", RunViewSet, basename="run")
+router.register("alert-channels", AlertChannelViewSet, basename="alert-channel")
 
 
 @api_view(["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"])
