@@ -17,13 +17,15 @@ sent to ``POST /api/v1/jobs/``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from typing import Any
 
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 from rest_framework import serializers
 from rest_framework.serializers import as_serializer_error
 
+from alerts import selection
 from api.job_serializers import JobSerializer
 from core.db import DB_NOW_SQL, bound_cursor
 from jobs import changes, lookups, quotas
@@ -133,9 +135,22 @@ def insert_many(
     of them, with their spans and events, if the owner's live jobs limit
     (``limits``) has room for all of them; each with its plain secret, to be
     shown once. ``savepoint`` as ``create_jobs`` takes it."""
+    # The channel selections are rows of their own (alerts/selection.py),
+    # written after the jobs, in one transaction with them. Without any, a
+    # single create stays one statement, in autocommit (jobs/creation.py).
+    chosen = [attrs.pop("alert_channels", None) for attrs in validated]
     jobs = [Job(owner=owner, **attrs) for attrs in validated]
+    with transaction.atomic() if any(chosen) else contextlib.nullcontext():
+        secrets = _create(owner, jobs, validated, now, limits, actor, channel, savepoint)
+        for job, ids in zip(jobs, chosen, strict=True):
+            if ids:
+                selection.choose(job.pk, ids)
+    return list(zip(jobs, secrets, strict=True))
+
+
+def _create(owner, jobs, validated, now, limits, actor, channel, savepoint) -> list[str]:
     try:
-        secrets = create_jobs(
+        return create_jobs(
             jobs,
             now=now,
             actor=actor,
@@ -158,4 +173,3 @@ def insert_many(
         if not clashes:
             raise
         raise serializers.ValidationError(clashes) from None
-    return list(zip(jobs, secrets, strict=True))

@@ -13,6 +13,7 @@ from typing import Any
 from drf_spectacular.utils import OpenApiExample, extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
+from alerts import selection
 from core.api_fields import (
     AwareDateTimeField,
     StrictBooleanField,
@@ -308,6 +309,39 @@ class LastRunSerializer(serializers.Serializer):
         ),
     ],
 )
+@extend_schema_field({"type": "array", "items": {"type": "integer"}})
+class AlertChannelsField(serializers.Field):
+    """The job's own alert channels, by id: ``[]`` (the default) means all
+    of its owner's channels (docs/guides/alerts.md)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        # PUT replaces: omitted, the job goes back to all of its owner's
+        # channels. PATCH leaves what it does not send.
+        super().__init__(source="*", default=lambda: {"alert_channels": []}, **kwargs)
+
+    def get_attribute(self, instance: Job) -> Job:
+        return instance
+
+    def to_representation(self, job: Job) -> list[int]:
+        known = self.parent.context.get("alert_channels")
+        if known is None:
+            known = selection.chosen([job.pk])
+        return known.get(job.pk, [])
+
+    def to_internal_value(self, data: Any) -> dict[str, list[int]]:
+        if not isinstance(data, list) or any(
+            isinstance(i, bool) or not isinstance(i, int) for i in data
+        ):
+            raise serializers.ValidationError("A list of alert channel ids.")
+        ids = sorted(set(data))
+        job = self.parent.instance
+        owner_id = job.owner_id if job is not None else self.parent.context["owner"].pk
+        reason = selection.refusal(owner_id, ids)
+        if reason:
+            raise serializers.ValidationError(reason)
+        return {"alert_channels": ids}
+
+
 class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
     """A job as the API reads and writes it (docs/guides/api.md "Input rules").
 
@@ -394,6 +428,10 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
     jitter_seconds = StrictIntegerField(**RANGES["jitter_seconds"].bounds(), default=0)
     pause_after_failures = StrictIntegerField(
         **RANGES["pause_after_failures"].bounds(), allow_null=True, default=None
+    )
+    alert_channels = AlertChannelsField(
+        help_text="Ids of your alert channels this job's alerts go to; [] (the default):"
+        " all of them."
     )
 
     state = serializers.ChoiceField(choices=JobState.choices, read_only=True)

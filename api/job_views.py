@@ -32,6 +32,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from alerts import selection
 from api.job_creation import Created, Items, Validated, create_context, insert_many, validate_many
 from api.job_serializers import (
     BackfillResultSerializer,
@@ -252,7 +253,8 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         page = self.paginate_queryset(filter_jobs(self.get_queryset(), request))
         assert page is not None  # pagination_class is set: every list is paginated
         # Every job's last run (runs/last_run.py) in one query for the page.
-        context = self.context(last_runs=last_runs([job.pk for job in page]))
+        ids = [job.pk for job in page]
+        context = self.context(last_runs=last_runs(ids), alert_channels=selection.chosen(ids))
         data = JobSerializer(page, many=True, context=context).data
         return self.get_paginated_response(data)
 
@@ -302,7 +304,9 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         body.is_valid(raise_exception=True)
 
         def write() -> Response:
+            chosen = body.validated_data.get("alert_channels") or []
             [(job, secret)] = self._insert(request, [body.validated_data], now, limits)
+            body.context["alert_channels"] = {job.pk: chosen}
             warnings = ScheduleWarnings(now)(job.cron, job.timezone)
             data = {**body.to_representation(job), "secret": secret, "warnings": warnings}
             headers = {"ETag": etag(job.version)}
@@ -326,7 +330,11 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             # Validating a thousand jobs takes a while: the jobs start from the
             # database's time as they are written, not as the request arrived.
             now = db_now()
+            chosen = [attrs.get("alert_channels") or [] for attrs in valid]
             created = self._insert(request, valid, now, limits)
+            body.context["alert_channels"] = {
+                job.pk: ids for (job, _), ids in zip(created, chosen, strict=True)
+            }
             warnings = ScheduleWarnings(now)
             data = [
                 {
@@ -381,7 +389,10 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             # locked, but a column this request did not send is still not its
             # to write. Sending what is already there is not a change: no new
             # version, no event.
+            chosen = body.validated_data.pop("alert_channels", None)
             job_verbs.edit(job, body.validated_data, actor=request.user, channel=Channel.API)
+            if chosen is not None:
+                selection.choose(job.pk, chosen)
         return self.job_response(job, warnings=ScheduleWarnings(now)(job.cron, job.timezone))
 
     def destroy(self, request, pk=None):

@@ -113,3 +113,48 @@ def test_a_channel_url_is_looked_up_before_the_save_within_the_deadline(api, mon
     monkeypatch.setattr(targets, "system_resolve", resolve)
     api.post(CHANNELS, {"name": "n", "url": "json://localhost:9/x"}, format="json")
     assert seen == ["localhost"]
+
+
+JOBS = "/api/v1/jobs/"
+
+
+def _job_body(**fields):
+    from tests.integration.api.support import PUBLIC_URL
+
+    return {"name": "nightly", "interval_seconds": 60, "url": PUBLIC_URL, **fields}
+
+
+def test_a_job_names_its_own_channels_and_put_without_them_goes_back_to_all(api):
+    mine = api.post(CHANNELS, {"name": "ops", "url": PUBLIC}, format="json").json()["id"]
+    created = api.post(JOBS, _job_body(alert_channels=[mine]), format="json")
+    assert created.status_code == 201, created.json()
+    job = created.json()
+    assert job["alert_channels"] == [mine]
+    assert api.get(f"{JOBS}{job['id']}/").json()["alert_channels"] == [mine]
+    assert api.get(JOBS).json()["results"][0]["alert_channels"] == [mine]
+    patched = api.patch(f"{JOBS}{job['id']}/", {"description": "x"}, format="json").json()
+    assert patched["alert_channels"] == [mine]
+    replaced = api.put(f"{JOBS}{job['id']}/", _job_body(), format="json").json()
+    assert replaced["alert_channels"] == []
+
+
+@pytest.mark.parametrize("value", ["all", [True], ["1"], None])
+def test_a_malformed_channel_list_is_a_400_naming_the_field(api, value):
+    from jobs.models import Job
+
+    answer = api.post(JOBS, _job_body(alert_channels=value), format="json")
+    assert answer.status_code == 400 and "alert_channels" in answer.json()
+    assert not Job.objects.exists()
+
+
+def test_another_owner_s_channel_on_a_job_is_a_400_and_nothing_is_written(api, other_owner):
+    from alerts.models import JobChannel
+    from jobs.models import Job
+
+    theirs = Channel.objects.create(
+        owner=other_owner, name="theirs", url_encrypted=crypto.encrypt(PUBLIC), masked="json://…"
+    )
+    answer = api.post(JOBS, _job_body(alert_channels=[theirs.pk]), format="json")
+    assert answer.status_code == 400
+    assert answer.json()["alert_channels"] == [f"No such alert channel of yours: {theirs.pk}."]
+    assert not Job.objects.exists() and not JobChannel.objects.exists()
