@@ -66,11 +66,13 @@ def hosts(plugin) -> list[str]:
     "host" of its URL is a token, not a name: it is not looked up (the send
     is still guarded, alerts/guard.py)."""
     found = []
-    if "host" in getattr(plugin, "template_tokens", {}) and getattr(plugin, "host", None):
-        found.append(plugin.host)
+    # The SMTP server first: it is where an e-mail plugin connects.
     smtp = getattr(plugin, "smtp_host", None)
-    if smtp and smtp not in found:
+    if smtp:
         found.append(smtp)
+    host = getattr(plugin, "host", None)
+    if "host" in getattr(plugin, "template_tokens", {}) and host and host not in found:
+        found.append(host)
     return found
 
 

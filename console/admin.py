@@ -8,6 +8,7 @@ the models' own apps: ``/admin/jobs/job/``, ``/admin/runs/run/``.
 from __future__ import annotations
 
 from console import (  # noqa: F401  (each registers its admin on import)
+    alert_admin,
     event_admin,
     job_admin,
     owner_limits_admin,

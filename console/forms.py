@@ -21,6 +21,7 @@ from django.forms.fields import InvalidJSONInput
 from django.utils import dateparse, timezone
 from django.utils.html import format_html, format_html_join
 
+from alerts.models import Channel as AlertChannel
 from core import strict_json
 from core.time_bounds import range_problem
 from jobs import http_options, lookups, quotas, schedules
@@ -328,6 +329,15 @@ class JobForm(forms.ModelForm):
     # The version the page was loaded at: saving over a change made meanwhile
     # (by the API, a pause, the system) is refused, like the API's If-Match.
     expected_version = forms.IntegerField(required=False, widget=forms.HiddenInput)
+    # Not a column: the job's rows in alerts_jobchannel (alerts/selection.py).
+    # Its choices are the owner's channels (JobAdmin.get_form).
+    alert_channels = forms.ModelMultipleChoiceField(
+        queryset=AlertChannel.objects.none(),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Alert channels",
+        help_text="Where this job's alerts go. None ticked: all of your alert channels.",
+    )
 
     # The owner of a new job when the form has no owner field (non-superusers).
     # Set per request by JobAdmin.get_form.

@@ -34,6 +34,9 @@ from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_http_methods, require_POST
 
+from alerts import selection
+from alerts.models import Alert
+from alerts.models import Channel as AlertChannel
 from console import job_actions
 from console.display import lag_text, outcome_strip, run_url, state_badge
 from console.event_admin import JOB_FIELDS, changes_text, events_url
@@ -68,6 +71,7 @@ LIST_STRIP_RUNS = 20
 PAGE_STRIP_RUNS = 60
 NEXT_FIRES = 10
 EVENTS_ON_PAGE = 20
+ALERTS_ON_PAGE = 10
 # Attempts whose durations make a job's "typical run time".
 TYPICAL_RUNS = 50
 # Fires in the form's live preview (console/static/punctual/job_form.js).
@@ -168,6 +172,7 @@ class JobAdmin(OwnerScopedAdmin):
         "created_at",
         "updated_at",
         "run_history",
+        "recent_alerts",
         "audit_events",
     )
 
@@ -270,8 +275,11 @@ class JobAdmin(OwnerScopedAdmin):
                     },
                 ),
                 ("Run history", {"fields": ["run_history"]}),
+                ("Alerts", {"fields": ["alert_channels", "recent_alerts"]}),
                 ("Audit events", {"fields": ["audit_events"]}),
             ]
+        else:
+            fieldsets.append(("Alerts", {"fields": ["alert_channels"]}))
         return fieldsets
 
     def get_form(self, request, obj=None, change=False, **kwargs):
@@ -282,6 +290,11 @@ class JobAdmin(OwnerScopedAdmin):
         # modelform_factory made this class for this request: safe to set on it.
         form.default_owner = request.user
         form.url_answers = getattr(request, URL_ANSWERS, None)
+        # The job's owner's channels (a superuser's new job: their own).
+        owner_id = obj.owner_id if obj is not None else request.user.pk
+        field = form.base_fields["alert_channels"]
+        field.queryset = AlertChannel.objects.filter(owner_id=owner_id)
+        field.initial = selection.chosen([obj.pk]).get(obj.pk, []) if obj is not None else []
         return form
 
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
@@ -341,6 +354,8 @@ class JobAdmin(OwnerScopedAdmin):
                     actor=request.user,
                     channel=Channel.ADMIN,
                 )
+        if "alert_channels" in form.changed_data:
+            selection.choose(obj.pk, [c.pk for c in form.cleaned_data["alert_channels"]])
         if not change or SCHEDULE_FIELDS.intersection(form.changed_data):
             for risk in self._risks(obj, _now(obj)):
                 self.message_user(request, risk, messages.WARNING)
@@ -589,6 +604,41 @@ class JobAdmin(OwnerScopedAdmin):
             f"{newest.scheduled_at:%Y-%m-%d %H:%M:%S}",
             all_runs,
             len(runs),
+        )
+
+    @admin.display(description="recent alerts")
+    def recent_alerts(self, obj: Job):
+        alerts = list(
+            Alert.objects.filter(job=obj)
+            .select_related("channel")
+            .order_by("-due_at", "-id")[:ALERTS_ON_PAGE]
+        )
+        if not alerts:
+            return mark_safe('<span class="punctual-quiet">No alerts.</span>')
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    f"{a.due_at:%Y-%m-%d %H:%M:%S} UTC",
+                    a.get_kind_display(),
+                    a.channel.name,
+                    a.count,
+                    a.state,
+                    a.attempts,
+                    a.last_error[:200] or "—",
+                )
+                for a in alerts
+            ),
+        )
+        return format_html(
+            '<table class="punctual-events" id="recent-alerts"><thead><tr><th>due</th>'
+            "<th>event</th><th>channel</th><th>events</th><th>state</th><th>attempts</th>"
+            "<th>last error</th></tr></thead><tbody>{}</tbody></table>"
+            '<p><a href="{}?job__id__exact={}">All alerts of this job</a></p>',
+            rows,
+            reverse("admin:alerts_alert_changelist"),
+            obj.pk,
         )
 
     @admin.display(description="events")

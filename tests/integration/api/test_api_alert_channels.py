@@ -50,6 +50,7 @@ def test_a_hosted_service_s_token_is_not_shown_in_the_mask(api):
         ("json://10.1.2.3/alerts", "non-public address (10.1.2.3)"),
         ("json://localhost:8080/alerts", "resolves to a non-public address"),
         ("mailto://user:pw@169.254.169.254", "non-public address (169.254.169.254)"),
+        ("mailto://user:pw@example.com?smtp=10.0.0.5", "non-public address (10.0.0.5)"),
         ("json://nowhere.example/alerts", "could not resolve nowhere.example"),
     ],
 )
