@@ -63,7 +63,7 @@ def errors(response) -> dict[str, list[str]]:
 def test_the_form_groups_fields_under_titled_fieldsets(ann_client):
     page = ann_client.get(ADD).content.decode()
     titles = re.findall(r'<h2 id="[^"]*" class="fieldset-heading">([^<]+)</h2>', page)
-    assert titles == ["Schedule", "Target", "Delivery and retries", "Policies"]
+    assert titles == ["Schedule", "Target", "Delivery and retries", "Policies", "Alerts"]
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,11 @@ def test_migration_creates_the_job_owners_group_with_exactly_the_owner_permissio
         ("runs", "view_run"),
         ("runs", "change_run"),
         ("runs", "view_attempt"),
+        ("alerts", "add_channel"),
+        ("alerts", "change_channel"),
+        ("alerts", "delete_channel"),
+        ("alerts", "view_channel"),
+        ("alerts", "view_alert"),
     }
 
 

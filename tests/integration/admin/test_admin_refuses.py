@@ -222,6 +222,11 @@ FIELDS = [
     ("owner", "\x00", None),
     ("owner", HUGE, None),
     ("owner", "abc", None),
+    # Not a channel of the owner's (none exist here), not an id at all.
+    ("alert_channels", "1", None),
+    ("alert_channels", "abc", None),
+    ("alert_channels", "\x00", None),
+    ("alert_channels", HUGE, None),
 ]
 for _field in (
     "interval_seconds",
