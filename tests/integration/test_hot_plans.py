@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import random
 
 import pytest
 from django.db import connection, connections
@@ -159,6 +160,43 @@ def test_heartbeats_completions_and_releases_run_without_jit(owner):
         assert len(outcomes.complete("w1", done).applied) == 20
         assert leases.release("w1", held[20:]) == 10
     assert_hot(statements, at_least=3)
+
+
+def test_completions_that_record_alerts_and_the_alert_loop_run_without_jit(owner):
+    """A completion batch with failures and successes records its alert
+    events (alerts/events.py RECORD, RESOLVE) in its transaction; the alert
+    loop's claim and completion (alerts/ledger.py) run in their own."""
+    from alerts import ledger
+    from alerts.models import Channel
+    from jobs import crypto
+
+    Channel.objects.create(
+        owner=owner, name="ops", url_encrypted=crypto.encrypt("json://x.example/"), masked="-"
+    )
+    due_runs(owner, jobs=10, runs_each=2)
+    claimed = leases.claim("w1", limit=20, lease_seconds=30)
+    failed = [
+        outcomes.Result(
+            run_id=c.run_id, job_id=c.job_id, attempt=c.max_attempts, state="failed", error="500"
+        )
+        for c in claimed[:10]
+    ]
+    for c in claimed[:10]:
+        with connection.cursor() as cur:
+            cur.execute("UPDATE runs_run SET attempt = max_attempts WHERE id = %s", [c.run_id])
+    succeeded = [
+        outcomes.Result(run_id=c.run_id, job_id=c.job_id, attempt=c.attempt, state="succeeded")
+        for c in claimed[10:]
+    ]
+    with jit_everywhere(), explaining() as statements:
+        assert len(outcomes.complete("w1", failed).applied) == 10
+        assert len(outcomes.complete("w1", succeeded).applied) == 10
+        alerts = ledger.claim("alerts-1", limit=20, lease_seconds=30)
+        assert alerts
+        sent = [ledger.Sent(a.id, a.attempt, ok=True) for a in alerts]
+        assert len(ledger.complete("alerts-1", sent, rng=random.Random())) == len(alerts)
+    recorded = [s for s in statements if "alerts_" in s.sql]
+    assert_hot(recorded, at_least=4)
 
 
 @pytest.mark.parametrize("jobs", [1, 200])
