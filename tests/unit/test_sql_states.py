@@ -7,7 +7,7 @@ statement that never matches. Every named statement, rendered whole as the
 catalogue of SQL renders it (tools/sql_catalogue.py), is searched for state
 literals in each form the code writes them, and each is checked against the
 enum of its table: ``runs_run`` (and its partitions) RunState, ``jobs_job``
-JobState, ``jobs_schedulespan`` SpanState. A state whose table the
+JobState, ``jobs_schedulespan`` SpanState, ``alerts_alert`` AlertState. A state whose table the
 statement does not say (a CTE's column, an unqualified column of a
 statement that reads several tables) must be a state of one of them.
 """
@@ -20,15 +20,21 @@ from pathlib import Path
 
 import pytest
 
+from alerts.models import AlertState
 from jobs.models import JobState, SpanState
 from runs.models import RunState
 from tools import sql_catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
 
-STATES = {"runs_run": set(RunState), "jobs_job": set(JobState), "jobs_schedulespan": set(SpanState)}
+STATES = {
+    "runs_run": set(RunState),
+    "jobs_job": set(JobState),
+    "jobs_schedulespan": set(SpanState),
+    "alerts_alert": set(AlertState),
+}
 ANY_STATE = set().union(*STATES.values())
-TABLE = r"\b(runs_run\w*|jobs_job|jobs_schedulespan)\b"
+TABLE = r"\b(runs_run\w*|jobs_job|jobs_schedulespan|alerts_alert)\b"
 COLUMN = r"(?:\b([a-z_]\w*)\.)?\bstate\b"
 LITERAL = re.compile(r"'([^']*)'")
 RESULT = re.compile(r"\b(?:THEN|ELSE)\s+'([^']*)'")
