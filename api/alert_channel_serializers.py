@@ -44,7 +44,7 @@ class AlertChannelSerializer(StrictSerializer):
 class NewAlertChannelSerializer(AlertChannelSerializer):
     """The answer to a create or a URL change: the URL, shown this once."""
 
-    url = serializers.CharField(read_only=True)
+    url = serializers.CharField(read_only=True)  # type: ignore[assignment]
 
 
 class TestAlertSerializer(serializers.Serializer):

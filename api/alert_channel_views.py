@@ -30,6 +30,7 @@ class AlertChannelViewSet(ApiViewMixin, viewsets.GenericViewSet):
     lookup_value_regex = "[^/]+"
 
     def get_queryset(self):
+        assert self.request.user.is_authenticated  # IsAuthenticated, the API's default
         return Channel.objects.filter(owner=self.request.user)
 
     def get_channel(self, *, lock: bool = False) -> Channel:
@@ -48,6 +49,7 @@ class AlertChannelViewSet(ApiViewMixin, viewsets.GenericViewSet):
         data = self.request.data
         url = data.get("url") if isinstance(data, dict) else None
         # Before any transaction: no connection waits on DNS.
+        assert self.request.user.is_authenticated
         return saving.look_up(url, owner_id=self.request.user.pk)
 
     @extend_schema(summary="Your alert channels")

@@ -288,6 +288,8 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             return self._check_many(request, request.data, self._look_up_hosts(request.data))
         resolve = self._look_up_hosts([request.data])
         now, limits, taken = create_context(request.user, [request.data])
+        # Filled once the job is written: its channels, at no query.
+        chosen_channels: dict = {}
         # One serializer both ways: building DRF fields costs more than using them.
         # A new job has no runs, so no query looks for its last one.
         body = JobSerializer(
@@ -299,6 +301,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
                 limits=limits,
                 taken_names=taken,
                 resolve=resolve,
+                alert_channels=chosen_channels,
             ),
         )
         body.is_valid(raise_exception=True)
@@ -306,7 +309,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         def write() -> Response:
             chosen = body.validated_data.get("alert_channels") or []
             [(job, secret)] = self._insert(request, [body.validated_data], now, limits)
-            body.context["alert_channels"] = {job.pk: chosen}
+            chosen_channels[job.pk] = chosen
             warnings = ScheduleWarnings(now)(job.cron, job.timezone)
             data = {**body.to_representation(job), "secret": secret, "warnings": warnings}
             headers = {"ETag": etag(job.version)}
@@ -322,8 +325,12 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         (api/job_creation.py). The set-based parts (the name clash check, the
         inserts of the jobs, their spans and their events) are one statement
         each. Their host names were looked up before (``resolve``), each once."""
+        chosen_channels: dict = {}  # filled once the jobs are written
         body, valid, _, limits = validate_many(
-            request.user, items, resolve=resolve, context=self.context()
+            request.user,
+            items,
+            resolve=resolve,
+            context=self.context(alert_channels=chosen_channels),
         )
 
         def write() -> Response:
@@ -332,9 +339,9 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             now = db_now()
             chosen = [attrs.get("alert_channels") or [] for attrs in valid]
             created = self._insert(request, valid, now, limits)
-            body.context["alert_channels"] = {
-                job.pk: ids for (job, _), ids in zip(created, chosen, strict=True)
-            }
+            chosen_channels.update(
+                {job.pk: ids for (job, _), ids in zip(created, chosen, strict=True)}
+            )
             warnings = ScheduleWarnings(now)
             data = [
                 {

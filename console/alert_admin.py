@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from django import forms
 from django.contrib import admin, messages
 from django.http import HttpResponseRedirect
@@ -18,7 +20,7 @@ from django.urls import reverse
 from alerts import ledger, saving
 from alerts.models import MAX_CHANNEL_URL, Alert, Channel
 from core.admin_base import BigTableAdmin, OwnerScopedAdmin
-from jobs import crypto
+from jobs import crypto, lookups
 
 NEW_URLS_SESSION_KEY = "punctual.new_alert_urls"
 # Where changeform_view leaves the posted URL's answers for the form.
@@ -43,7 +45,8 @@ class ChannelForm(forms.ModelForm):
         model = Channel
         fields = ["name"]
 
-    answers = None  # set per request by ChannelAdmin.get_form
+    # Set per request by ChannelAdmin.get_form.
+    answers: lookups.Answers | None = None
     owner = None
 
     def clean_name(self):
@@ -61,6 +64,7 @@ class ChannelForm(forms.ModelForm):
             if self.instance.pk is None:
                 raise forms.ValidationError("An apprise URL is required.")
             return url
+        assert self.answers is not None  # looked up before the transaction
         reason = saving.refusal(url, self.answers)
         if reason:
             raise forms.ValidationError(reason)
@@ -99,7 +103,8 @@ class ChannelAdmin(OwnerScopedAdmin):
         return ["name", "url"] if obj is None else ["name", "masked", "url", "created_at"]
 
     def get_form(self, request, obj=None, change=False, **kwargs):
-        form = super().get_form(request, obj, change, **kwargs)
+        # A subclass of self.form; the stubs only know ModelForm.
+        form = cast("type[ChannelForm]", super().get_form(request, obj, change, **kwargs))
         form.answers = getattr(request, URL_ANSWERS, None)
         form.owner = obj.owner if obj is not None else request.user
         return form

@@ -23,6 +23,7 @@ import zoneinfo
 from functools import partial
 from typing import cast
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.db import connection
@@ -292,7 +293,7 @@ class JobAdmin(OwnerScopedAdmin):
         form.url_answers = getattr(request, URL_ANSWERS, None)
         # The job's owner's channels (a superuser's new job: their own).
         owner_id = obj.owner_id if obj is not None else request.user.pk
-        field = form.base_fields["alert_channels"]
+        field = cast("forms.ModelMultipleChoiceField", form.base_fields["alert_channels"])
         field.queryset = AlertChannel.objects.filter(owner_id=owner_id)
         field.initial = selection.chosen([obj.pk]).get(obj.pk, []) if obj is not None else []
         return form
