@@ -21,15 +21,19 @@ OWNERS_GROUP = "Job owners"
 PASSWORD = "pw-owner-123"
 
 _migration = importlib.import_module("jobs.migrations.0002_job_owners_group")
+_alerts_migration = importlib.import_module(
+    "alerts.migrations.0002_job_owners_manage_their_alert_channels"
+)
 
 
 def owners_group() -> Group:
     """The group the migration made. Transactional tests (the browser's live
     server) flush the database between tests, so it is made again from the
-    migration's own list when it is gone."""
+    migrations' own lists when it is gone."""
     group, created = Group.objects.get_or_create(name=OWNERS_GROUP)
     if created:
-        for app_label, codenames in _migration.PERMISSIONS.items():
+        granted = {**_migration.PERMISSIONS, "alerts": _alerts_migration.PERMISSIONS}
+        for app_label, codenames in granted.items():
             group.permissions.add(
                 *Permission.objects.filter(
                     content_type__app_label=app_label, codename__in=codenames

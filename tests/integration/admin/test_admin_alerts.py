@@ -100,6 +100,10 @@ def test_the_job_page_chooses_channels_and_shows_recent_alerts(ann_client, ann, 
     )
     page = ann_client.get(reverse("admin:jobs_job_change", args=[job.pk])).content.decode()
     assert 'id="recent-alerts"' in page and "run failed" in page
+    everything = reverse("admin:alerts_alert_changelist") + f"?job__id__exact={job.pk}"
+    listed = ann_client.get(everything)
+    assert listed.status_code == 200 and "HTTP 500" not in listed.content.decode()
+    assert "run failed" in listed.content.decode()
     assert "mine" in page and "bens" not in page
     form = page  # the form's current values, posted back with a channel ticked
     assert 'name="alert_channels"' in form
