@@ -19,16 +19,27 @@ class JsonReceiver:
     (all of them with -1), which it holds without answering; keeps each
     request's JSON body; ``connections`` counts accepted sockets."""
 
-    def __init__(self, host: str = "127.0.0.1", *, status: int = 200, hang: int = 0):
+    def __init__(
+        self, host: str = "127.0.0.1", *, status: int = 200, hang: int = 0, redirect: str = ""
+    ):
         self.bodies: list[dict] = []
+        self.requests: list[str] = []  # "METHOD path" of every request
         self.connections = 0
         self.status = status
         self.hang = hang
+        self.redirect = redirect
         self._release = threading.Event()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                receiver.requests.append(f"GET {self.path}")
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
             def do_POST(self):
+                receiver.requests.append(f"POST {self.path}")
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
                 receiver.bodies.append(json.loads(body or b"{}"))
@@ -36,6 +47,8 @@ class JsonReceiver:
                     receiver._release.wait(120)
                     return
                 self.send_response(receiver.status)
+                if receiver.redirect:
+                    self.send_header("Location", receiver.redirect)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 

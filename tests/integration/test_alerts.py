@@ -120,6 +120,17 @@ def test_a_channel_to_a_refused_address_is_never_contacted_at_send(owner, receiv
         assert hook.connections == 0
 
 
+@override_settings(PUNCTUAL_ALLOW_PRIVATE_TARGETS=True, PUNCTUAL_ALERT_MAX_ATTEMPTS=1)
+def test_a_channel_s_redirect_is_not_followed_even_when_its_url_asks(owner, receiver_url):
+    with JsonReceiver(status=302, redirect="/elsewhere") as hook:
+        channel(owner, hook.url("alerts") + "?redirect=yes")
+        job = make_job(owner, url=receiver_url("status/500"), max_attempts=1)
+        fail_runs(job, 1)
+        assert AlertSender("w1", rule=LOCAL).run_once() == 1
+        assert hook.requests == ["POST /alerts"]
+        assert Alert.objects.get(job=job).state == "failed"
+
+
 @override_settings(PUNCTUAL_ALLOW_PRIVATE_TARGETS=True)
 def test_a_dead_sender_s_alert_is_taken_over_once_its_lease_expires(owner, receiver_url):
     with JsonReceiver() as hook:
@@ -186,3 +197,75 @@ def test_a_job_s_own_channels_replace_its_owner_s(owner, receiver_url):
             first.pk,
             second.pk,
         }
+
+
+@override_settings(PUNCTUAL_ALLOW_PRIVATE_TARGETS=True)
+def test_a_failed_test_delivery_raises_no_alert(owner, receiver_url):
+    with JsonReceiver() as hook:
+        channel(owner, hook.url())
+        job = make_job(owner, url=receiver_url("status/500"))
+        job_verbs.send_test_delivery(job, actor=owner)
+        assert Worker(concurrency=5, lease_seconds=5, allow_private=True).run_once() == 1
+        assert not Alert.objects.filter(job=job).exists()
+
+
+@override_settings(PUNCTUAL_ALLOW_PRIVATE_TARGETS=True)
+def test_a_test_alert_is_sent_by_the_alert_loop(owner):
+    with JsonReceiver() as hook:
+        alert_id = ledger.queue_test(channel(owner, hook.url(), name="ops"))
+        assert AlertSender("w1", rule=LOCAL).run_once() == 1
+        assert Alert.objects.get(pk=alert_id).state == "sent"
+        [body] = hook.bodies
+        assert body["title"] == "Punctual: test alert"
+        assert "to the channel ops" in body["message"]
+
+
+@override_settings(PUNCTUAL_ALERT_QUIET_SECONDS=900)
+def test_fires_missed_in_an_outage_are_one_alert_with_how_many(owner):
+    from dispatch.dispatcher import Dispatcher
+    from tests.factories import at, rewrite_job
+
+    t0 = at("2026-06-01T12:00:00")
+    channel(owner, "json://93.184.216.34/alerts")
+    job = make_job(owner, name="fx-rates-fetch", interval_seconds=60, misfire_grace_seconds=30)
+    rewrite_job(job, next_fire_at=t0, created_at=t0, start_at=t0)
+    Dispatcher().tick(now=t0 + dt.timedelta(minutes=5, seconds=10))
+    alert = Alert.objects.get(job=job)
+    assert (alert.kind, alert.count, alert.state) == ("missed", 5, "pending")
+    # A second outage within the quiet period folds in.
+    Dispatcher().tick(now=t0 + dt.timedelta(minutes=9, seconds=10))
+    alert.refresh_from_db()
+    assert alert.count == 8
+    from alerts import messages
+
+    title, body = messages.render(
+        kind="missed", count=8, detail="", job_name=job.name, channel_name="ops", due_at=t0
+    )
+    assert title == "Punctual: fx-rates-fetch missed fires"
+    assert body.startswith("fx-rates-fetch missed 8 fires.")
+
+
+@override_settings(PUNCTUAL_ALERT_QUIET_SECONDS=900)
+def test_install_events_go_to_superusers_channels_only(owner, django_user_model):
+    from tests.admin_support import beat
+
+    root = django_user_model.objects.create_user("root", password="pw-root-123", is_superuser=True)
+    with JsonReceiver() as root_hook, JsonReceiver() as owner_hook:
+        mine = channel(root, root_hook.url(), name="root-pager")
+        channel(owner, owner_hook.url(), name="owner-hook")
+        # No dispatcher has ever beaten: fires would go unmade.
+        sender = AlertSender("w1", rule=LOCAL, install_every=0)
+        sender.run_once()
+        # A second look: the next alert, due a quiet period after the first.
+        sender.run_once()
+        sent, later = Alert.objects.filter(kind="no_dispatcher").order_by("id")
+        assert (sent.state, later.state) == ("sent", "pending")
+        assert sent.channel_id == later.channel_id == mine.pk and sent.job_id is None
+        assert later.due_at == sent.due_at + dt.timedelta(seconds=900)
+        assert [b["title"] for b in root_hook.bodies] == ["Punctual: no dispatcher is running"]
+        assert owner_hook.bodies == []
+        # With a dispatcher alive, nothing is added.
+        beat()
+        sender.run_once()
+        later.refresh_from_db()
+        assert later.count == 1 and Alert.objects.filter(kind="no_dispatcher").count() == 2
