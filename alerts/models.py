@@ -122,7 +122,8 @@ class Alert(models.Model):
     lease_until = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     sent_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    # Indexed: pruning deletes the oldest first (runs/retention.py).
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

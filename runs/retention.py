@@ -17,8 +17,8 @@ transaction, so pruning never holds back vacuum. Used by ``manage.py
 prune_runs`` and by the dispatchers' housekeeping.
 
 The same pruning also deletes the audit events older than
-``PUNCTUAL_EVENT_RETENTION_DAYS`` and the expired Idempotency-Key answers
-(``prune_history``): plain tables, deleted oldest first through their
+``PUNCTUAL_EVENT_RETENTION_DAYS``, the alerts as old, and the expired
+Idempotency-Key answers (``prune_history``): plain tables, deleted oldest first through their
 ``created_at`` index, in batches of one short transaction each.
 """
 
@@ -32,6 +32,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
+from alerts.models import Alert
 from core.db import delete_oldest
 from jobs import idempotency
 from jobs.models import IdempotencyKey, JobEvent
@@ -57,6 +58,7 @@ DELETE_RUNS = (
 class History:
     events_deleted: int = 0
     keys_deleted: int = 0
+    alerts_deleted: int = 0
 
 
 @dataclass
@@ -166,15 +168,17 @@ def prune_history(
     keep_going: Callable[[], bool] = lambda: True,
 ) -> History:
     """Delete the audit events past retention, then the expired
-    Idempotency-Key answers, ``batch_size`` rows per transaction: at least
-    one batch of each, then more while ``keep_going()`` says so (the
-    dispatcher bounds its time). Call it outside any transaction, as
-    ``prune``."""
+    Idempotency-Key answers, then the alerts as old as those events,
+    ``batch_size`` rows per transaction: at least one batch of each, then
+    more while ``keep_going()`` says so (the dispatcher bounds its time).
+    Call it outside any transaction, as ``prune``."""
     done = History()
     done.events_deleted = _delete_before(JobEvent, event_cutoff(now), batch_size, keep_going)
     done.keys_deleted = _delete_before(
         IdempotencyKey, idempotency.expiry(now), batch_size, keep_going
     )
+    # Alerts keep as long as audit events: long sent or failed by then.
+    done.alerts_deleted = _delete_before(Alert, event_cutoff(now), batch_size, keep_going)
     return done
 
 

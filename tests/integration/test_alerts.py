@@ -269,3 +269,19 @@ def test_install_events_go_to_superusers_channels_only(owner, django_user_model)
         sender.run_once()
         later.refresh_from_db()
         assert later.count == 1 and Alert.objects.filter(kind="no_dispatcher").count() == 2
+
+
+@override_settings(PUNCTUAL_EVENT_RETENTION_DAYS=90)
+def test_alerts_are_pruned_with_the_audit_events(owner):
+    from core.db import db_now
+    from runs import retention
+
+    ops = channel(owner, "json://93.184.216.34/alerts")
+    now = db_now()
+    old, recent = (
+        Alert.objects.create(channel=ops, kind="test", due_at=now, next_attempt_at=now)
+        for _ in range(2)
+    )
+    Alert.objects.filter(pk=old.pk).update(created_at=now - dt.timedelta(days=91))
+    assert retention.prune_history(now).alerts_deleted == 1
+    assert list(Alert.objects.values_list("pk", flat=True)) == [recent.pk]

@@ -80,5 +80,6 @@ class Command(BaseCommand):
         self.stdout.write(
             f"deleted {history.events_deleted} audit events created before"
             f" {retention.event_cutoff(now):%Y-%m-%d %H:%M:%S} UTC"
+            f", {history.alerts_deleted} alerts as old,"
             f" and {history.keys_deleted} expired Idempotency-Key answers"
         )
