@@ -22,6 +22,9 @@ process answers the same values. Each query is cheap on big tables:
   completed batch (``runs.stats.record_deliveries``, called by
   ``runs.outcomes.complete``).
 - ``punctual_processes{kind}``: dispatchers and workers seen within 30 s.
+- ``punctual_alerts{state}``: the alert ledger's rows per state (pending,
+  sending, sent, failed); a small table (one alert per job, kind and channel
+  per quiet period, kept as long as the audit events), counted exactly.
 - ``punctual_database_up``: 0 when the database did not answer; the other
   series are then left out of that scrape rather than reported as zeros.
 """
@@ -46,6 +49,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from alerts.models import Alert, AlertState
 from core.db import db_now, dict_cursor
 from core.http import json_require_safe
 from dispatch import fleet
@@ -171,6 +175,13 @@ def _processes(now: dt.datetime) -> dict[str, int]:
     return alive
 
 
+def _alert_counts() -> dict[str, int]:
+    counts = dict.fromkeys(AlertState.values, 0)
+    for row in Alert.objects.values("state").annotate(n=Count("id")).order_by():
+        counts[row["state"]] = row["n"]
+    return counts
+
+
 def _delivery_stats() -> dict[str, dict[int, tuple[int, int]]]:
     """outcome -> bucket -> (deliveries, duration_ms), summed over shards."""
     stats: dict[str, dict[int, tuple[int, int]]] = {o: {} for o in OUTCOMES}
@@ -269,6 +280,15 @@ class PunctualCollector(Collector):
         for kind, n in _processes(now).items():
             processes.add_metric([kind], n)
         yield processes
+
+        alerts = GaugeMetricFamily(
+            "punctual_alerts",
+            "Alerts in the ledger per state (a failed one ran out of attempts)",
+            labels=["state"],
+        )
+        for state, n in _alert_counts().items():
+            alerts.add_metric([state], n)
+        yield alerts
 
 
 REGISTRY = CollectorRegistry(auto_describe=False)

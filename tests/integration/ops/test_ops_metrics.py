@@ -69,7 +69,10 @@ def test_a_scrape_has_every_required_series(scrape):
     assert types["punctual_deliveries"] == "counter"
     assert types["punctual_delivery_seconds"] == "histogram"
     assert types["punctual_processes"] == "gauge"
+    assert types["punctual_alerts"] == "gauge"
     assert value(samples, "punctual_database_up") == 1
+    for state in ("pending", "sending", "sent", "failed"):
+        assert value(samples, "punctual_alerts", state=state) == 0
     for state in STATES:
         assert value(samples, "punctual_runs", state=state) == 0
     for outcome in ("succeeded", "failed", "permanent"):
@@ -294,3 +297,19 @@ def test_a_pull_run_nobody_claims_is_the_oldest_pending_pull_run(scrape, owner):
     _, samples = scrape()
     assert 200 <= value(samples, "punctual_oldest_pending_seconds", target_kind="pull") < 260
     assert value(samples, "punctual_oldest_pending_seconds", target_kind="webhook") == 0
+
+
+def test_alerts_are_counted_per_state(scrape, owner):
+    from alerts.models import Alert, Channel
+    from jobs import crypto
+
+    ops = Channel.objects.create(
+        owner=owner, name="ops", url_encrypted=crypto.encrypt("json://x.example/"), masked="-"
+    )
+    now = db_now()
+    for state in ("sent", "sent", "failed"):
+        Alert.objects.create(channel=ops, kind="test", state=state, due_at=now, next_attempt_at=now)
+    _, samples = scrape()
+    assert value(samples, "punctual_alerts", state="sent") == 2
+    assert value(samples, "punctual_alerts", state="failed") == 1
+    assert value(samples, "punctual_alerts", state="pending") == 0
