@@ -10,6 +10,7 @@ from django.db import transaction
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.generics import get_object_or_404
 from rest_framework.response import Response
 
@@ -34,9 +35,10 @@ class AlertChannelViewSet(ApiViewMixin, viewsets.GenericViewSet):
         return Channel.objects.filter(owner=self.request.user)
 
     def get_channel(self, *, lock: bool = False) -> Channel:
-        pk = self.kwargs["pk"]
-        if not str(pk).isdigit():
-            get_object_or_404(Channel.objects.none())
+        pk = str(self.kwargs["pk"])
+        if not pk.isdigit() or int(pk) >= 2**63:
+            # Not an id at all (or past bigint): the same 404, never a 500.
+            raise NotFound()
         queryset = self.get_queryset()
         if lock:
             queryset = queryset.select_for_update()

@@ -79,6 +79,12 @@ def test_names_are_unique_per_owner_and_unknown_fields_are_refused(api):
     assert Channel.objects.count() == 1
 
 
+@pytest.mark.parametrize("pk", ["abc", "99999999999999999999999", "-1", "1.5"])
+def test_a_channel_id_that_is_not_one_is_a_json_404(api, pk):
+    answer = api.get(f"{CHANNELS}{pk}/")
+    assert answer.status_code == 404 and "detail" in answer.json()
+
+
 def test_another_owner_s_channel_is_a_404(api, other_owner):
     theirs = Channel.objects.create(
         owner=other_owner, name="theirs", url_encrypted=crypto.encrypt(PUBLIC), masked="json://…"
