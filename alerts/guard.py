@@ -13,6 +13,8 @@ webhook's) raises before the connection is opened: a name that resolves to
 answer, whatever the plugin. Other threads (the webhook deliveries, the
 database) are not checked: the hook returns at once for them.
 
+alerts/sending.py calls the plugin's ``notify`` on the guarded thread itself
+(never apprise's own thread pool), so every connection of a send is judged.
 A hook cannot be removed once added; it is added once per process, on the
 first guarded send.
 """
