@@ -31,8 +31,6 @@ from core.db import db_now
 from core.http import json_require_safe
 from dispatch import fleet, queries
 from dispatch.backlog import (
-    OLDEST_CLAIMABLE,
-    TARGET_KIND,
     backlog_reason,
     backlog_seconds,
     oldest_claimable,
@@ -44,8 +42,6 @@ log = logging.getLogger("punctual.health")
 # The backlog rule lives with the engine (dispatch/backlog.py), where the
 # workers' alert loop reads it too; its callers here keep their names.
 __all__ = [
-    "OLDEST_CLAIMABLE",
-    "TARGET_KIND",
     "Health",
     "backlog_reason",
     "backlog_seconds",
