@@ -16,6 +16,9 @@ import uuid
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
+from alerts.models import Alert
+from alerts.models import Channel as AlertChannel
+from jobs import crypto
 from jobs.models import IdempotencyKey, Job, JobEvent
 from runs import job_verbs, leases
 from runs.models import Attempt, Run
@@ -25,8 +28,11 @@ from tests.integration.api.support import PUBLIC_URL
 pytestmark = pytest.mark.django_db
 
 WINDOW = {"start": "2026-01-01T00:00:00Z", "end": "2026-01-01T01:00:00Z"}
+# An apprise URL on a public address (the save-time check resolves nothing).
+PUBLIC_CHANNEL = "json://93.184.216.34:8080/hooks/alerts"
 
-# route name -> {method: body}. Routes named job-* take a job id, run-* a run id.
+# route name -> {method: body}. Routes named job-* take a job id, run-* a run
+# id, alert-channel-* an alert channel's.
 MATRIX: dict[str, dict[str, dict | None]] = {
     "job-detail": {
         "get": None,
@@ -47,6 +53,13 @@ MATRIX: dict[str, dict[str, dict | None]] = {
     "run-retry": {"post": None},
     "run-heartbeat": {"post": {"attempt": 1}},
     "run-complete": {"post": {"attempt": 1, "status": "succeeded"}},
+    "alert-channel-detail": {
+        "get": None,
+        "put": {"name": "taken over", "url": PUBLIC_CHANNEL},
+        "patch": {"name": "taken over"},
+        "delete": None,
+    },
+    "alert-channel-test": {"post": None},
 }
 CASES = [(name, method) for name, methods in MATRIX.items() for method in methods]
 
@@ -90,7 +103,8 @@ def test_every_api_route_with_an_object_id_is_in_the_matrix():
 @pytest.fixture
 def owned(owner):
     """Owner A's objects: a pull job whose run is held by A's worker (so
-    heartbeat and complete would work for A), and a failed run to retry."""
+    heartbeat and complete would work for A), a failed run to retry, and an
+    alert channel."""
     job = make_job(owner, name="a's job", target_kind="pull", url="")
     held = job_verbs.trigger(job)
     [claimed] = leases.claim(
@@ -99,13 +113,21 @@ def owned(owner):
     assert claimed.run_id == held.pk
     failed = job_verbs.trigger(make_job(owner, name="a's other job"))
     Run.objects.filter(pk=failed.pk).update(state="failed")
-    return {"job": job, "held": held, "failed": failed}
+    channel = AlertChannel.objects.create(
+        owner=owner, name="a's channel", url_encrypted=crypto.encrypt(PUBLIC_CHANNEL), masked="-"
+    )
+    return {"job": job, "held": held, "failed": failed, "channel": channel}
 
 
 def object_url(name: str, owned: dict, *, pk=None) -> str:
-    kind, _, action = name.partition("-")
+    if name.startswith("alert-channel-"):
+        kind, action = "alert-channel", name.removeprefix("alert-channel-")
+    else:
+        kind, _, action = name.partition("-")
     if pk is None:
-        if kind == "job":
+        if kind == "alert-channel":
+            pk = owned["channel"].pk
+        elif kind == "job":
             pk = owned["job"].pk
         else:
             pk = owned["failed" if action == "retry" else "held"].pk
@@ -121,6 +143,8 @@ def snapshot() -> tuple:
         list(Attempt.objects.order_by("id").values()),
         list(JobEvent.objects.order_by("id").values()),
         IdempotencyKey.objects.count(),
+        list(AlertChannel.objects.order_by("id").values()),
+        list(Alert.objects.order_by("id").values()),
     )
 
 
@@ -188,6 +212,12 @@ def test_lists_never_show_another_owner_s_rows(api, other_api, owned, other_owne
     assert [r["id"] for r in api.get("/api/v1/runs/", {"job": a_job}).json()["results"]] == [
         str(owned["held"].pk)
     ]
+    theirs_channel = AlertChannel.objects.create(
+        owner=other_owner, name="b's channel", url_encrypted=crypto.encrypt(PUBLIC_CHANNEL)
+    )
+    assert [c["id"] for c in other_api.get("/api/v1/alert-channels/").json()] == [
+        theirs_channel.pk
+    ]
     job_verbs.trigger(owned["job"])
     claimed = other_api.post("/api/v1/runs/claim/", {"worker": "w1", "limit": 100}, format="json")
     assert claimed.status_code == 200 and claimed.json() == []
@@ -198,6 +228,8 @@ def test_anonymous_lists_and_actions_are_401(anon):
         ("get", "/api/v1/jobs/"),
         ("post", "/api/v1/jobs/"),
         ("get", "/api/v1/runs/"),
+        ("get", "/api/v1/alert-channels/"),
+        ("post", "/api/v1/alert-channels/"),
         ("post", "/api/v1/runs/claim/"),
         ("post", "/api/v1/schedules/preview/"),
     ):
