@@ -26,11 +26,12 @@ from core.api_fields import (
 from jobs import http_options, quotas
 from jobs.http_options import AuthKind, BodyMode, HttpMethod
 from jobs.limits import MAX_LENGTHS, RANGES, payload_problem
-from jobs.models import Job, JobEvent, JobState, MisfirePolicy, OverlapPolicy, TargetKind
+from jobs.models import Job, JobEvent, JobStatus, MisfirePolicy, OverlapPolicy, TargetKind
 from jobs.schedules import (
     Schedule,
     ScheduleError,
     cron_risks,
+    ending_warnings,
     validate_cron,
     validate_timezone,
 )
@@ -48,7 +49,9 @@ from runs.last_run import last_runs
 from runs.models import RunState
 
 MAX_PREVIEW = 100
-SCHEDULE_FIELDS = ("cron", "interval_seconds", "timezone", "start_at")
+SCHEDULE_FIELDS = ("cron", "interval_seconds", "run_at", "timezone", "start_at", "end_at")
+# The fields that say which kind of schedule a job has: exactly one is set.
+SCHEDULE_KINDS = ("cron", "interval_seconds", "run_at")
 
 
 @extend_schema_field({"type": "object", "additionalProperties": True})
@@ -122,32 +125,30 @@ class HeadersField(serializers.Field):
         return value
 
 
-def schedule_errors(
-    cron: str | None,
-    interval_seconds: int | None,
-    timezone: str,
-    start_at,
-    created_at,
-) -> dict[str, list[str]]:
-    """Errors of a whole schedule, by field: the rules that span fields.
-    ``created_at``: the job's, or for a job not made yet the time it would
-    be (now), as ``Schedule.for_job``'s anchor rule reads it."""
-    if (cron is None) == (interval_seconds is None):
+def schedule_errors(values: dict[str, Any], created_at) -> dict[str, list[str]]:
+    """Errors of a whole schedule (``values``: every name of SCHEDULE_FIELDS),
+    by field: the rules that span fields. ``created_at``: the job's, or for a
+    job not made yet the time it would be (now), as ``Schedule.for_job``'s
+    anchor rule reads it."""
+    kinds = [name for name in SCHEDULE_KINDS if values[name] is not None]
+    if len(kinds) != 1:
         message = (
-            "Set exactly one of cron and interval_seconds (send null for the other one to "
-            "switch between them)."
+            "Set exactly one of cron, interval_seconds and run_at (send null for the others"
+            " to switch between them)."
         )
-        return {"cron": [message], "interval_seconds": [message]}
+        return {name: [message] for name in (kinds or SCHEDULE_KINDS)}
     try:
         Schedule.for_job(
-            cron=cron,
-            interval_seconds=interval_seconds,
-            timezone=timezone,
-            start_at=start_at,
+            cron=values["cron"],
+            interval_seconds=values["interval_seconds"],
+            timezone=values["timezone"],
+            start_at=values["start_at"],
             created_at=created_at,
+            run_at=values["run_at"],
+            end_at=values["end_at"],
         )
     except ScheduleError as exc:
-        return {"cron" if cron is not None else "interval_seconds": [str(exc)]}
+        return {exc.field or kinds[0]: [str(exc)]}
     return {}
 
 
@@ -162,18 +163,23 @@ class ScheduleWarnings:
         self.now = now
         self._seen: dict[tuple[str, str], list[str]] = {}
 
-    def __call__(self, cron: str | None, timezone: str) -> list[str]:
+    def __call__(self, cron: str | None, timezone: str, *, run_at=None, end_at=None) -> list[str]:
+        ending = ending_warnings(run_at=run_at, end_at=end_at, now=self.now)
         if not cron:
-            return []
+            return ending
         key = (cron, timezone)
         if key not in self._seen:
             self._seen[key] = cron_risks(cron, timezone, now=self.now)
-        return self._seen[key]
+        return [*self._seen[key], *ending]
+
+    def for_job(self, job: Job) -> list[str]:
+        return self(job.cron, job.timezone, run_at=job.run_at, end_at=job.end_at)
 
 
 WARNINGS_FIELD_HELP = (
     "What this schedule may do that its owner did not picture: fire times a daylight "
-    "saving change skips or repeats, days some months lack. Saved all the same."
+    "saving change skips or repeats, days some months lack, a run_at or end_at already "
+    "past. Saved all the same."
 )
 
 
@@ -200,6 +206,22 @@ class ScheduleFieldsMixin(serializers.Serializer):
         max_length=MAX_LENGTHS["timezone"], default="UTC", help_text="IANA zone name."
     )
     start_at = AwareDateTimeField(allow_null=True, default=None)
+    run_at = AwareDateTimeField(
+        allow_null=True,
+        default=None,
+        help_text=(
+            "A one-off job's one fire, instead of cron or interval_seconds. A time already"
+            " past is saved, with a warning, and never fires."
+        ),
+    )
+    end_at = AwareDateTimeField(
+        allow_null=True,
+        default=None,
+        help_text=(
+            "No fire after this time (one exactly at it still fires); after start_at and"
+            " run_at. Once its last fire is made, the job shows as finished."
+        ),
+    )
 
     def validate_cron(self, value):
         if value is None:
@@ -228,7 +250,7 @@ class JobFilterSerializer(serializers.Serializer):
     the run lists, an unknown parameter is refused, naming it: a mistyped
     filter that was ignored would answer every job as if it had matched."""
 
-    state = serializers.ChoiceField(choices=JobState.choices, required=False)
+    state = serializers.ChoiceField(choices=JobStatus.choices, required=False)
     target_kind = serializers.ChoiceField(choices=TargetKind.choices, required=False)
     # Each tag is judged by validate_tag, in the words of jobs/tags.py.
     tag = serializers.ListField(
@@ -280,7 +302,8 @@ class LastRunSerializer(serializers.Serializer):
 
 @extend_schema_serializer(
     description=(
-        "A job: its schedule (exactly one of cron and interval_seconds), its target (a"
+        "A job: its schedule (exactly one of cron, interval_seconds and run_at, a one-off"
+        " time; end_at ends any of them), its target (a"
         " webhook URL, or a pull queue) and its retry and misfire rules. PUT replaces the"
         " job: an omitted optional field goes back to its default. PATCH changes only the"
         " fields it sends."
@@ -295,6 +318,15 @@ class LastRunSerializer(serializers.Serializer):
                 "timezone": "Europe/Berlin",
                 "url": "https://receiver.example.com/hooks/punctual",
                 "payload": {"report": "daily"},
+            },
+        ),
+        OpenApiExample(
+            "Once, on Christmas Eve",
+            request_only=True,
+            value={
+                "name": "christmas-greeting",
+                "run_at": "2026-12-24T18:00:00+01:00",
+                "url": "https://receiver.example.com/hooks/punctual",
             },
         ),
         OpenApiExample(
@@ -434,7 +466,15 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
         " all of them."
     )
 
-    state = serializers.ChoiceField(choices=JobState.choices, read_only=True)
+    state = serializers.ChoiceField(
+        source="status",
+        choices=JobStatus.choices,
+        read_only=True,
+        help_text=(
+            "active, paused, or finished: active with no fire left to come (its end_at is"
+            " past, or its one-off fired). A manual trigger still runs a finished job."
+        ),
+    )
     pause_note = serializers.CharField(read_only=True)
     system_pause_note = serializers.CharField(
         read_only=True,
@@ -520,11 +560,7 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
         if any(name in attrs for name in SCHEDULE_FIELDS) or job is None:
             errors.update(
                 schedule_errors(
-                    merged["cron"],
-                    merged["interval_seconds"],
-                    merged["timezone"],
-                    merged["start_at"],
-                    created_at=(job.created_at if job else None) or self.context["now"],
+                    merged, created_at=(job.created_at if job else None) or self.context["now"]
                 )
             )
         if merged["target_kind"] == TargetKind.WEBHOOK and not merged["url"]:
@@ -684,13 +720,7 @@ class SchedulePreviewSerializer(ScheduleFieldsMixin, StrictSerializer):
     count = StrictIntegerField(min_value=1, max_value=MAX_PREVIEW, default=5)
 
     def validate(self, attrs):
-        errors = schedule_errors(
-            attrs["cron"],
-            attrs["interval_seconds"],
-            attrs["timezone"],
-            attrs["start_at"],
-            created_at=self.context["now"],
-        )
+        errors = schedule_errors(attrs, created_at=self.context["now"])
         if errors:
             raise serializers.ValidationError(errors)
         return attrs

@@ -61,7 +61,7 @@ from core.db import db_now
 from core.paginators import ApiCursor
 from jobs import idempotency, lookups, quotas
 from jobs.display import describe_schedule
-from jobs.models import Channel, Job, JobEvent, JobQuerySet, JobState, TargetKind
+from jobs.models import Channel, Job, JobEvent, JobQuerySet, JobStatus, TargetKind
 from jobs.schedules import Schedule
 from runs import job_verbs
 from runs.job_verbs import MAX_BACKFILL
@@ -124,14 +124,21 @@ def filter_jobs(queryset: JobQuerySet, request: Request) -> JobQuerySet:
     does (the same queryset methods); an unknown parameter or a malformed
     value is a 400 naming it. Repeated tags narrow: a job must carry all."""
     filters = JobFilterSerializer.from_query(request.query_params).validated_data
-    for name in ("state", "target_kind"):
-        if name in filters:
-            queryset = queryset.filter(**{name: filters[name]})
+    if "state" in filters:
+        queryset = queryset.shown_as(filters["state"])
+    if "target_kind" in filters:
+        queryset = queryset.filter(target_kind=filters["target_kind"])
     return queryset.tagged(filters.get("tag", [])).search(filters.get("search", ""))
 
 
 LIST_FILTERS = [
-    OpenApiParameter("state", str, enum=JobState.values),
+    OpenApiParameter(
+        "state",
+        str,
+        enum=JobStatus.values,
+        description="finished: active jobs with no fire left (their end_at is past, or"
+        " their one-off fired).",
+    ),
     OpenApiParameter("target_kind", str, enum=TargetKind.values),
     OpenApiParameter(
         "tag",
@@ -310,7 +317,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             chosen = body.validated_data.get("alert_channels") or []
             [(job, secret)] = self._insert(request, [body.validated_data], now, limits)
             chosen_channels[job.pk] = chosen
-            warnings = ScheduleWarnings(now)(job.cron, job.timezone)
+            warnings = ScheduleWarnings(now).for_job(job)
             data = {**body.to_representation(job), "secret": secret, "warnings": warnings}
             headers = {"ETag": etag(job.version)}
             return Response(data, status=status.HTTP_201_CREATED, headers=headers)
@@ -347,7 +354,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
                 {
                     **body.to_representation(job),
                     "secret": secret,
-                    "warnings": warnings(job.cron, job.timezone),
+                    "warnings": warnings.for_job(job),
                 }
                 for job, secret in created
             ]
@@ -400,7 +407,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
             job_verbs.edit(job, body.validated_data, actor=request.user, channel=Channel.API)
             if chosen is not None:
                 selection.choose(job.pk, chosen)
-        return self.job_response(job, warnings=ScheduleWarnings(now)(job.cron, job.timezone))
+        return self.job_response(job, warnings=ScheduleWarnings(now).for_job(job))
 
     def destroy(self, request, pk=None):
         with transaction.atomic():
@@ -555,7 +562,7 @@ class JobViewSet(ApiViewMixin, viewsets.GenericViewSet):
         fires = job.schedule.next_fires(
             query.validated_data.get("after") or now, query.validated_data["count"]
         )
-        return fires_response(fires, ScheduleWarnings(now)(job.cron, job.timezone))
+        return fires_response(fires, ScheduleWarnings(now).for_job(job))
 
     @extend_schema(
         summary="The job's audit events, newest first", responses=JobEventSerializer(many=True)
@@ -622,7 +629,10 @@ def exported(job: Job, fields: dict[str, serializers.Field]) -> dict[str, Any]:
     for name, field in fields.items():
         value = field.get_attribute(job)
         out[name] = None if value is None else field.to_representation(value)
-    if job.interval_seconds is not None and job.start_at is None:
+    # (Not past an end: such a job has no fire to keep in phase, and its
+    # end must stay after its start.)
+    ended = job.end_at is not None and job.end_at <= job.created_at
+    if job.interval_seconds is not None and job.start_at is None and not ended:
         out["start_at"] = fields["start_at"].to_representation(job.created_at)
     return out
 
@@ -646,15 +656,24 @@ class SchedulePreviewView(ApiViewMixin, APIView):
             timezone=data["timezone"],
             start_at=data["start_at"],
             created_at=now,
+            run_at=data["run_at"],
+            end_at=data["end_at"],
         )
         fires = schedule.next_fires(data.get("after") or now, data["count"])
-        answer = fires_response(fires, ScheduleWarnings(now)(data["cron"], data["timezone"]))
+        warnings = ScheduleWarnings(now)(
+            data["cron"], data["timezone"], run_at=data["run_at"], end_at=data["end_at"]
+        )
+        answer = fires_response(fires, warnings)
         # The admin's live preview shows the fires in the job's zone, and the
         # schedule in words.
         zone = zoneinfo.ZoneInfo(data["timezone"])
         answer.data["local_fires"] = [f.astimezone(zone).isoformat() for f in fires]
         answer.data["description"] = describe_schedule(
-            data["cron"], data["interval_seconds"], data["timezone"]
+            data["cron"],
+            data["interval_seconds"],
+            data["timezone"],
+            run_at=data["run_at"],
+            end_at=data["end_at"],
         )
         return answer
 

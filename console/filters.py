@@ -17,9 +17,26 @@ from django.core.exceptions import ValidationError
 from console import attention
 from core.admin_base import BadListQuery
 from jobs.display import EVENT_ACTIONS
-from jobs.models import Job
+from jobs.models import Job, JobStatus
 from jobs.tags import tag_problem
 from runs.models import Run
+
+
+class JobStateFilter(admin.SimpleListFilter):
+    """Active, paused or finished, as the job shows (JobQuerySet.shown_as,
+    the API's ``?state=`` too): a finished job is active in its row, with
+    no fire left, and is listed apart from the active ones."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return JobStatus.choices
+
+    def queryset(self, request, queryset):
+        if self.value() in JobStatus.values:
+            return queryset.shown_as(self.value())
+        return queryset
 
 
 class FailingFilter(admin.SimpleListFilter):

@@ -178,6 +178,10 @@ SECRET_BOX = {"autocomplete": "new-password", "class": "vTextField"}
 MASK = "••••••"
 
 
+# The form's fields that make the schedule.
+SCHEDULE_FORM_FIELDS = ("cron", "interval_seconds", "run_at", "timezone", "start_at", "end_at")
+
+
 class JobForm(forms.ModelForm):
     # Declared for their labels, help and empty values; every bound is read
     # from jobs/limits.py, as the model's validators and the API's are.
@@ -188,7 +192,7 @@ class JobForm(forms.ModelForm):
         widget=forms.TextInput(attrs={"placeholder": "0 2 * * *", "class": "vTextField"}),
         help_text=(
             "Five fields (minute hour day-of-month month day-of-week), or @hourly, @daily, "
-            "@weekly, @monthly, @yearly. Leave empty for an interval schedule."
+            "@weekly, @monthly, @yearly. Leave empty for an interval or a one-off."
         ),
     )
     interval_seconds = forms.IntegerField(
@@ -196,7 +200,7 @@ class JobForm(forms.ModelForm):
         **RANGES["interval_seconds"].bounds(),
         label="Interval (seconds)",
         help_text="Fires every this many seconds from start at (or creation). Leave empty "
-        "for a cron schedule.",
+        "for a cron schedule or a one-off.",
     )
     timezone = forms.CharField(
         max_length=MAX_LENGTHS["timezone"],
@@ -370,8 +374,10 @@ class JobForm(forms.ModelForm):
             "tags",
             "cron",
             "interval_seconds",
+            "run_at",
             "timezone",
             "start_at",
+            "end_at",
             "target_kind",
             "url",
             "method",
@@ -403,13 +409,33 @@ class JobForm(forms.ModelForm):
                 "are refused unless PUNCTUAL_ALLOW_PRIVATE_TARGETS is set; in demo mode "
                 "loopback ones (127.0.0.1) are allowed."
             )
-        if "start_at" in self.fields:
-            zone = timezone.get_current_timezone_name()
-            self.fields["start_at"].help_text = (
-                f"Optional: no fire before this time. Read in {zone} (the admin's time zone), "
-                "not in the job's time zone. An interval counts from it (or from the job's "
-                "creation)."
-            )
+        zone = timezone.get_current_timezone_name()
+        # Read in the admin's zone, as Django's admin reads every date and time.
+        for name, text in (
+            (
+                "start_at",
+                "Optional: no fire before this time. An interval counts from it (or from the"
+                " job's creation). Not for a one-off job.",
+            ),
+            (
+                "run_at",
+                "A one-off job: it fires once, at this time, instead of a cron or an"
+                " interval (leave those empty). A time already past is saved and never"
+                " fires.",
+            ),
+            (
+                "end_at",
+                "Optional: no fire after this time (one exactly at it still fires). When its"
+                " last fire is made the job shows as finished; a later end (or none) brings"
+                " it back.",
+            ),
+        ):
+            if name in self.fields:
+                self.fields[
+                    name
+                ].help_text = (
+                    f"{text} Read in {zone} (the admin's time zone), not in the job's time zone."
+                )
         self.request_values: dict = {}
         if not self.instance._state.adding and "headers" in self.fields:
             # The names, each value masked: a masked line keeps its value.
@@ -462,12 +488,21 @@ class JobForm(forms.ModelForm):
     def clean_auth_kind(self) -> str:
         return self.cleaned_data.get("auth_kind") or http_options.AuthKind.NONE
 
-    def clean_start_at(self) -> dt.datetime | None:
-        start_at = self.cleaned_data.get("start_at")
-        reason = start_at and range_problem(start_at)
+    def _clean_time(self, name: str) -> dt.datetime | None:
+        value = self.cleaned_data.get(name)
+        reason = value and range_problem(value)
         if reason:
             raise forms.ValidationError(reason)
-        return start_at
+        return value
+
+    def clean_start_at(self) -> dt.datetime | None:
+        return self._clean_time("start_at")
+
+    def clean_run_at(self) -> dt.datetime | None:
+        return self._clean_time("run_at")
+
+    def clean_end_at(self) -> dt.datetime | None:
+        return self._clean_time("end_at")
 
     # -- the whole form
 
@@ -495,26 +530,30 @@ class JobForm(forms.ModelForm):
         return data.get("owner") or (self.instance.owner if self.instance.owner_id else None)
 
     def _clean_schedule(self, data: dict) -> None:
-        if any(f in self.errors for f in ("cron", "interval_seconds", "timezone", "start_at")):
+        if any(f in self.errors for f in SCHEDULE_FORM_FIELDS):
             return
-        cron, interval = data.get("cron"), data.get("interval_seconds")
-        if (cron is None) == (interval is None):
-            message = "Set exactly one of cron and interval: a job has one schedule."
-            self.add_error("cron", message)
-            self.add_error("interval_seconds", message)
+        kinds = [name for name in ("cron", "interval_seconds", "run_at") if data.get(name)]
+        if len(kinds) != 1:
+            message = (
+                "Set exactly one of cron, interval and run at (a one-off): a job has one schedule."
+            )
+            for name in kinds or ("cron", "interval_seconds", "run_at"):
+                self.add_error(name, message)
             return
         try:
             # A new job would be created now (the anchor rule of
             # Schedule.for_job); only whether the schedule can be built matters.
             schedules.Schedule.for_job(
-                cron=cron,
-                interval_seconds=interval,
+                cron=data.get("cron"),
+                interval_seconds=data.get("interval_seconds"),
                 timezone=data.get("timezone") or "UTC",
                 start_at=data.get("start_at"),
                 created_at=self.instance.created_at or timezone.now(),
+                run_at=data.get("run_at"),
+                end_at=data.get("end_at"),
             )
         except schedules.ScheduleError as exc:
-            self.add_error("cron" if cron else "interval_seconds", str(exc))
+            self.add_error(exc.field or kinds[0], str(exc))
 
     def _clean_target(self, data: dict) -> None:
         if data.get("target_kind") != TargetKind.WEBHOOK or "url" in self.errors:

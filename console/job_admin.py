@@ -43,12 +43,13 @@ from console.display import lag_text, outcome_strip, run_url, state_badge
 from console.event_admin import JOB_FIELDS, changes_text, events_url
 from console.filters import (
     FailingFilter,
+    JobStateFilter,
     MissedFiresFilter,
     PausedByFilter,
     TagFilter,
     UnclaimedPullFilter,
 )
-from console.forms import JobForm
+from console.forms import SCHEDULE_FORM_FIELDS, JobForm
 from console.job_status import job_status
 from console.new_secrets import VERIFY_SNIPPET, pop_secret, stash_secret
 from console.recent import recent_and_last_runs, recent_runs
@@ -63,7 +64,7 @@ from jobs.display import (
     relative,
     short_duration,
 )
-from jobs.models import Channel, Job, JobState
+from jobs.models import Channel, Job, JobState, JobStatus
 from runs import job_verbs
 from runs.models import Attempt, Run
 
@@ -78,7 +79,7 @@ TYPICAL_RUNS = 50
 # Fires in the form's live preview (console/static/punctual/job_form.js).
 PREVIEW_FIRES = 5
 
-SCHEDULE_FIELDS = frozenset({"cron", "interval_seconds", "timezone", "start_at"})
+SCHEDULE_FIELDS = frozenset(SCHEDULE_FORM_FIELDS)
 # Where changeform_view leaves the posted URL's answers for get_form.
 URL_ANSWERS = "punctual_url_answers"
 
@@ -143,7 +144,7 @@ class JobAdmin(OwnerScopedAdmin):
         "tags_column",
     )
     list_filter = (
-        "state",
+        JobStateFilter,
         "target_kind",
         TagFilter,
         "misfire_policy",
@@ -215,7 +216,15 @@ class JobAdmin(OwnerScopedAdmin):
         first = ["name", "description", "tags", "expected_version"]
         if request.user.is_superuser:
             first.append("owner")
-        schedule = ["cron", "interval_seconds", "timezone", "start_at", "schedule_preview"]
+        schedule = [
+            "cron",
+            "interval_seconds",
+            "run_at",
+            "timezone",
+            "start_at",
+            "end_at",
+            "schedule_preview",
+        ]
         target = [
             "target_kind",
             "url",
@@ -422,10 +431,19 @@ class JobAdmin(OwnerScopedAdmin):
 
     @admin.display(description="schedule")
     def schedule(self, obj: Job) -> str:
-        return describe_schedule(obj.cron, obj.interval_seconds, obj.timezone)
+        return describe_schedule(
+            obj.cron, obj.interval_seconds, obj.timezone, run_at=obj.run_at, end_at=obj.end_at
+        )
 
     @admin.display(description="state", ordering="state")
     def state_column(self, obj: Job):
+        if obj.status == JobStatus.FINISHED:
+            # Before "Failing": a job with no fire left is not failing, however
+            # its last run went (the last run column says).
+            return mark_safe(
+                '<span class="punctual-badge st-finished" title="no fire left to come">'
+                "Finished</span>"
+            )
         if obj.state == JobState.PAUSED:
             return format_html(
                 '<span class="punctual-badge st-paused" title="{}">{}</span>',
@@ -499,7 +517,7 @@ class JobAdmin(OwnerScopedAdmin):
         since its saved schedule's fires are shown below."""
         adding = obj.pk is None or obj._state.adding
         hint = (
-            "Enter a cron or an interval to preview the schedule."
+            "Enter a cron, an interval or a run at time to preview the schedule."
             if adding
             else "Edit the schedule to preview it here before saving."
         )
@@ -515,12 +533,16 @@ class JobAdmin(OwnerScopedAdmin):
 
     @admin.display(description="in words")
     def schedule_text(self, obj: Job) -> str:
-        return describe_schedule(obj.cron, obj.interval_seconds, obj.timezone)
+        return describe_schedule(
+            obj.cron, obj.interval_seconds, obj.timezone, run_at=obj.run_at, end_at=obj.end_at
+        )
 
     @admin.display(description="next 10 fires")
     def next_fires(self, obj: Job):
         fires = self._next_fires(obj)
         if not fires:
+            if obj.end_at is not None or obj.run_at is not None:
+                return "None: this schedule has ended (its end or its one fire is past)."
             return "This schedule has no further fires."
         rows = format_html_join(
             "",
@@ -705,6 +727,7 @@ class JobAdmin(OwnerScopedAdmin):
             fires = [fire for fire, _, _ in self._next_fires(obj)]
             gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(fires)]
             period = min(gaps) if gaps else None
+        risks += schedules.ending_warnings(run_at=obj.run_at, end_at=obj.end_at, now=now)
         typical = self._typical_duration(obj)
         if period and typical and typical[0] > period:
             seconds, count = typical

@@ -105,9 +105,13 @@ def _state_lines(job: Job, now: dt.datetime, viewer) -> tuple[str, str, list[str
             details.insert(0, _owner_pause(job, event, viewer, first="then paused"))
         return "paused", pause_headline(job, event, viewer), details + streak
     if job.next_fire_at is None:
-        details = ["no further fires"]
-    else:
-        details = [f"next fire {moment(job.next_fire_at, job.timezone, now)}"]
+        # Finished (jobs/models.py JobStatus): not failing, whatever its
+        # last run did; an edit of the schedule or its end brings it back.
+        ended = "its one fire is made" if job.run_at else "no further fires"
+        if job.end_at is not None and job.run_at is None:
+            ended = f"ended at {moment(job.end_at, job.timezone, now)}"
+        return "finished", "Finished", [ended, *streak]
+    details = [f"next fire {moment(job.next_fire_at, job.timezone, now)}"]
     if streak:
         return "failed", "Active, failing", details + streak
     return "active", "Active", details

@@ -30,7 +30,7 @@ EPOCH = dt.datetime.min.replace(tzinfo=dt.UTC)
 _DUE_COLUMNS = """
     id, cron, interval_seconds, timezone, start_at, created_at, next_fire_at,
     misfire_policy, max_catchup, misfire_grace_seconds, overlap_policy,
-    jitter_seconds, max_attempts, target_kind, owner_id
+    jitter_seconds, max_attempts, target_kind, owner_id, run_at, end_at
 """
 
 # Dispatcher tick, planned path (uses job_due_idx). SKIP LOCKED lets several
@@ -153,6 +153,9 @@ OVERLAP_SKIPS = """
 # in Python. That was the extra work that made an overloaded install deliver
 # less than its peak (docs/benchmarks.md "Overload, and what is not yet shown").
 #
+# A job with an end_at takes this path too: its next fire is NULL (the job
+# is finished) once the one after this would be past end_at.
+#
 # Two statements, set-based, because run ids are uuid5 of the fire
 # (runs/identity.py) and PostgreSQL cannot hash them without extensions:
 # LOCK_SIMPLE_INTERVALS locks the due jobs and returns each fire's name,
@@ -212,7 +215,11 @@ DISPATCH_SIMPLE_INTERVALS = f"""
         RETURNING state
     ), adv AS (
         UPDATE jobs_job AS j
-        SET next_fire_at = j.next_fire_at + make_interval(secs => j.interval_seconds)
+        SET next_fire_at = CASE
+            WHEN j.end_at IS NULL
+                 OR j.next_fire_at + make_interval(secs => j.interval_seconds) <= j.end_at
+            THEN j.next_fire_at + make_interval(secs => j.interval_seconds)
+        END
         WHERE j.ctid = ANY(string_to_array(%(tids)s, ' ')::tid[])
         RETURNING 1
     )

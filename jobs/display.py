@@ -52,17 +52,43 @@ def describe_cron(cron: str) -> str:
         return cron
 
 
-def describe_schedule(cron: str | None, interval_seconds: int | None, timezone: str) -> str:
-    """A job's schedule in words: ``At 02:00, Europe/Berlin`` or ``every 5 minutes``.
+def describe_schedule(
+    cron: str | None,
+    interval_seconds: int | None,
+    timezone: str,
+    *,
+    run_at: dt.datetime | None = None,
+    end_at: dt.datetime | None = None,
+) -> str:
+    """A job's schedule in words: ``At 02:00, Europe/Berlin``, ``every 5
+    minutes``, ``once, at 2026-12-24 18:00 (Europe/Berlin)``, with ``, until
+    ...`` for an end.
 
-    The zone is named for cron schedules only: an interval is the same length
-    in every zone.
+    The zone is named for cron schedules and one-off times only: an interval
+    is the same length in every zone.
     """
     if cron:
-        return f"{describe_cron(cron)}, {timezone}"
-    if interval_seconds:
-        return describe_interval(interval_seconds)
-    return "no schedule"
+        words = f"{describe_cron(cron)}, {timezone}"
+    elif interval_seconds:
+        words = describe_interval(interval_seconds)
+    elif run_at is not None:
+        words = f"once, at {_local(run_at, timezone)}"
+    else:
+        return "no schedule"
+    if end_at is not None:
+        words += f", until {_local(end_at, timezone)}"
+    return words
+
+
+def _local(when: dt.datetime, timezone: str) -> str:
+    """``2026-12-24 18:00 (Europe/Berlin)``: an instant in the job's zone."""
+    try:
+        zone = zoneinfo.ZoneInfo(timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        zone, timezone = zoneinfo.ZoneInfo("UTC"), "UTC"
+    local = when.astimezone(zone)
+    shown = f"{local:%Y-%m-%d %H:%M:%S}" if local.second else f"{local:%Y-%m-%d %H:%M}"
+    return f"{shown} ({timezone})"
 
 
 def short_duration(seconds: float | None) -> str:

@@ -1,7 +1,8 @@
 """Schedule history: the spans of a job's state and schedule, in database time.
 
 Every write that changes a job's ``state``, ``deleted_at`` or schedule
-(``cron``, ``interval_seconds``, ``timezone``, ``start_at``) calls
+(``cron``, ``interval_seconds``, ``timezone``, ``start_at``, ``run_at``,
+``end_at``) calls
 ``record_spans`` in the same transaction, with the same database ``now`` it
 decided on: the open span of each job is closed at ``at`` and a new one opens
 with what the row holds now. A job whose row matches its open span keeps it,
@@ -13,7 +14,10 @@ forgets the history fails loudly instead of leaving the auditor blind.
 
 The auditor (ops/audit.py) expects, for each ``active`` span, every fire in
 ``(started_at, ended_at]`` to have a run or to be counted in the span's
-``missed_count``; ``paused`` and ``deleted`` spans expect nothing.
+``missed_count``; ``paused`` and ``deleted`` spans expect nothing. A span
+keeps its schedule's ``end_at`` and ``run_at``: its fires end at ``end_at``
+(nothing is expected after it, though the span stays open), and a one-off's
+span expects its one fire at ``run_at``.
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ CLOSE_CHANGED = f"""
     UPDATE jobs_schedulespan AS s SET ended_at = %(at)s
     FROM jobs_job AS j
     WHERE j.id = ANY(%(ids)s::uuid[]) AND s.job_id = j.id AND s.ended_at IS NULL
-      AND (s.state, s.cron, s.interval_seconds, s.timezone, s.start_at, s.anchor)
+      AND (s.state, s.cron, s.interval_seconds, s.timezone, s.start_at, s.anchor,
+           s.run_at, s.end_at)
           IS DISTINCT FROM
-          ({_ROW_STATE}, j.cron, j.interval_seconds, j.timezone, j.start_at, j.created_at)
+          ({_ROW_STATE}, j.cron, j.interval_seconds, j.timezone, j.start_at, j.created_at,
+           j.run_at, j.end_at)
 """
 
 # A span opened at ``at`` for each row of ``jobs`` (the jobs table, or a
@@ -43,10 +49,10 @@ CLOSE_CHANGED = f"""
 _OPEN_FROM = f"""
     INSERT INTO jobs_schedulespan (
         job_id, started_at, ended_at, state, cron, interval_seconds, timezone,
-        start_at, anchor, missed_count
+        start_at, anchor, missed_count, run_at, end_at
     )
     SELECT j.id, %(at)s, NULL, {_ROW_STATE}, j.cron, j.interval_seconds, j.timezone,
-           j.start_at, j.created_at, 0
+           j.start_at, j.created_at, 0, j.run_at, j.end_at
     FROM {{jobs}} AS j
 """
 
@@ -64,7 +70,9 @@ OPEN_MISSING = _OPEN + " AND j.id = ANY(%(ids)s::uuid[])"
 # ``new_jobs`` clause (WITH) is that insert, returning NEW_JOBS_RETURN. A new
 # job has no span to close, and the clause's rows are exactly the new jobs.
 OPEN_FOR_NEW_JOBS = _OPEN_FROM.format(jobs="new_jobs")
-NEW_JOBS_RETURN = "id, state, deleted_at, cron, interval_seconds, timezone, start_at, created_at"
+NEW_JOBS_RETURN = (
+    "id, state, deleted_at, cron, interval_seconds, timezone, start_at, created_at, run_at, end_at"
+)
 
 
 def open_missing_spans(at: dt.datetime) -> int:

@@ -55,6 +55,18 @@ class JobState(models.TextChoices):
     PAUSED = "paused", "Paused"
 
 
+class JobStatus(models.TextChoices):
+    """What a job shows as (the API's ``state``, the admin's state filter):
+    its stored state, or ``finished`` for an active job with no fire left to
+    come (``next_fire_at`` NULL: its end_at is past, or its one-off fired).
+    Finished is derived, never stored: the dispatcher's due index and the
+    claims see an active job whose next fire is NULL, and never look at it."""
+
+    ACTIVE = "active", "Active"
+    PAUSED = "paused", "Paused"
+    FINISHED = "finished", "Finished"
+
+
 class Channel(models.TextChoices):
     ADMIN = "admin", "Admin"
     API = "api", "API"
@@ -93,6 +105,19 @@ class JobQuerySet(models.QuerySet["Job"]):
         if user.is_superuser:
             return qs
         return qs.filter(owner=user)
+
+    def finished(self) -> JobQuerySet:
+        """Active jobs with no fire left to come (JobStatus.FINISHED)."""
+        return self.filter(state=JobState.ACTIVE, next_fire_at__isnull=True)
+
+    def shown_as(self, status: str) -> JobQuerySet:
+        """The jobs that show as ``status`` (a JobStatus): the API's
+        ``?state=`` and the admin's state filter."""
+        if status == JobStatus.FINISHED:
+            return self.finished()
+        if status == JobStatus.ACTIVE:
+            return self.filter(state=JobState.ACTIVE, next_fire_at__isnull=False)
+        return self.filter(state=status)
 
     def failing(self) -> JobQuerySet:
         return self.filter(consecutive_failures__gt=0)
@@ -149,6 +174,11 @@ class Job(models.Model):
     )
     timezone = models.CharField(max_length=MAX_LENGTHS["timezone"], default="UTC")
     start_at = models.DateTimeField(null=True, blank=True)
+    # A one-off job's one fire, instead of a cron or an interval.
+    run_at = models.DateTimeField(null=True, blank=True)
+    # No fire after it. Once the last fire is planned, next_fire_at is NULL
+    # and the job shows as finished (JobQuerySet.finished).
+    end_at = models.DateTimeField(null=True, blank=True)
 
     target_kind = models.CharField(
         max_length=10, choices=TargetKind.choices, default=TargetKind.WEBHOOK
@@ -256,10 +286,27 @@ class Job(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=(
-                    Q(cron__isnull=False, interval_seconds__isnull=True)
-                    | Q(cron__isnull=True, interval_seconds__isnull=False)
+                    Q(cron__isnull=False, interval_seconds__isnull=True, run_at__isnull=True)
+                    | Q(cron__isnull=True, interval_seconds__isnull=False, run_at__isnull=True)
+                    | Q(cron__isnull=True, interval_seconds__isnull=True, run_at__isnull=False)
                 ),
                 name="job_exactly_one_schedule",
+            ),
+            # jobs/schedules.py end_problem and START_WITH_RUN_AT, whatever
+            # writes the row.
+            models.CheckConstraint(
+                condition=(
+                    Q(end_at__isnull=True)
+                    | (
+                        (Q(start_at__isnull=True) | Q(end_at__gt=F("start_at")))
+                        & (Q(run_at__isnull=True) | Q(end_at__gt=F("run_at")))
+                    )
+                ),
+                name="job_end_after_start",
+            ),
+            models.CheckConstraint(
+                condition=Q(run_at__isnull=True) | Q(start_at__isnull=True),
+                name="job_one_off_has_no_start",
             ),
             models.UniqueConstraint(
                 fields=["owner", "name"],
@@ -440,10 +487,19 @@ class Job(models.Model):
             timezone=self.timezone,
             start_at=self.start_at,
             created_at=self.created_at,
+            run_at=self.run_at,
+            end_at=self.end_at,
         )
 
     def compute_next_fire(self, after: dt.datetime) -> dt.datetime | None:
         return self.schedule.next_fire(after)
+
+    @property
+    def status(self) -> str:
+        """What the job shows as (JobStatus): finished once no fire is left."""
+        if self.state == JobState.ACTIVE and self.next_fire_at is None:
+            return JobStatus.FINISHED
+        return self.state
 
     # -- secrets ------------------------------------------------------------
 
@@ -552,6 +608,9 @@ class ScheduleSpan(models.Model):
     interval_seconds = models.PositiveIntegerField(null=True, blank=True)
     timezone = models.CharField(max_length=MAX_LENGTHS["timezone"])
     start_at = models.DateTimeField(null=True, blank=True)
+    run_at = models.DateTimeField(null=True, blank=True)
+    # No fire after it: the span expects none past end_at.
+    end_at = models.DateTimeField(null=True, blank=True)
     # The job's created_at: what its interval counts from when start_at is
     # unset (jobs/schedules.py Schedule.for_job).
     anchor = models.DateTimeField()
@@ -580,6 +639,8 @@ class ScheduleSpan(models.Model):
             timezone=self.timezone,
             start_at=self.start_at,
             created_at=self.anchor,
+            run_at=self.run_at,
+            end_at=self.end_at,
         )
 
 

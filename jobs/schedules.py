@@ -63,7 +63,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from importlib import resources
-from itertools import islice
+from itertools import islice, takewhile
 from pathlib import Path
 
 from croniter import CroniterBadDateError, CroniterError, croniter
@@ -78,6 +78,8 @@ __all__ = [
     "ScheduleError",
     "cron_risks",
     "dst_transition_near",
+    "end_problem",
+    "ending_warnings",
     "jitter_offset",
     "validate_cron",
     "validate_interval",
@@ -138,7 +140,14 @@ _DAYS_IN_MONTH = {m: calendar.monthrange(2001, m)[1] for m in range(1, 13)}  # F
 
 class ScheduleError(UserFacingError):
     """An invalid schedule. The message is user-facing: the API and the admin
-    show it next to the field, e.g. ``Not a valid cron expression: ...``."""
+    show it next to the field, e.g. ``Not a valid cron expression: ...``.
+    ``field`` names that field when the rule is about one that the caller
+    cannot guess (``start_at``, ``end_at``); None leaves it to the caller
+    (the schedule's kind: ``cron``, ``interval_seconds`` or ``run_at``)."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 # -- validation -----------------------------------------------------------------
@@ -377,9 +386,27 @@ def validate_interval(seconds: object) -> int:
     return seconds
 
 
+START_WITH_RUN_AT = "A one-off job fires once, at run_at: leave start_at empty."
+
+
+def end_problem(
+    start_at: datetime | None, run_at: datetime | None, end_at: datetime | None
+) -> str | None:
+    """Why ``end_at`` cannot end this schedule (the user-facing words, which
+    the API and the admin show next to ``end_at``), or None: it must come
+    after the start and after a one-off's fire, or nothing could ever fire."""
+    if end_at is None:
+        return None
+    if start_at is not None and end_at <= start_at:
+        return "end_at must be after start_at: nothing could fire between them."
+    if run_at is not None and end_at <= run_at:
+        return "end_at must be after run_at: the one fire would be past the end."
+    return None
+
+
 def _aware(name: str, value: datetime) -> datetime:
     if not isinstance(value, datetime) or value.utcoffset() is None:
-        raise ScheduleError(f"{name} must be a timezone-aware datetime.")
+        raise ScheduleError(f"{name} must be a timezone-aware datetime.", field=name)
     return value.astimezone(UTC)
 
 
@@ -479,10 +506,12 @@ def _transitions(
 
 @dataclass(frozen=True)
 class Schedule:
-    """A job's schedule: a cron read in ``timezone``, or a fixed interval.
+    """A job's schedule: a cron read in ``timezone``, a fixed interval, or
+    one fire at ``run_at`` (a one-off).
 
     Validated on construction, so a Schedule that exists is one that can be
-    iterated. ``start_at``: no fire before it. ``anchor``: what an interval
+    iterated. ``start_at``: no fire before it. ``end_at``: no fire after it
+    (a fire exactly at ``end_at`` still fires). ``anchor``: what an interval
     counts from when ``start_at`` is unset. A job's schedule is made by
     :meth:`for_job`, which states the anchor rule. All results are aware UTC
     datetimes.
@@ -493,24 +522,29 @@ class Schedule:
     timezone: str = "UTC"
     start_at: datetime | None = None
     anchor: datetime | None = None
+    run_at: datetime | None = None
+    end_at: datetime | None = None
 
     def __post_init__(self) -> None:
         cron = self.cron or None  # forms hand over "" for an empty field
-        if (cron is None) == (self.interval_seconds is None):
-            raise ScheduleError("Set exactly one of cron and interval_seconds.")
+        kinds = [cron, self.interval_seconds, self.run_at]
+        if sum(kind is not None for kind in kinds) != 1:
+            raise ScheduleError("Set exactly one of cron, interval_seconds and run_at.")
+        if self.run_at is not None and self.start_at is not None:
+            raise ScheduleError(START_WITH_RUN_AT, field="start_at")
         set_ = functools.partial(object.__setattr__, self)
-        if cron is not None:
-            set_("cron", validate_cron(cron))
-        else:
-            set_("cron", None)
+        set_("cron", None if cron is None else validate_cron(cron))
+        if self.interval_seconds is not None:
             validate_interval(self.interval_seconds)
         validate_timezone(self.timezone)
-        if self.start_at is not None:
-            set_("start_at", _aware("start_at", self.start_at))
-        if self.anchor is not None:
-            set_("anchor", _aware("anchor", self.anchor))
+        for name in ("start_at", "anchor", "run_at", "end_at"):
+            if getattr(self, name) is not None:
+                set_(name, _aware(name, getattr(self, name)))
         if self.interval_seconds is not None and self.start_at is None and self.anchor is None:
             raise ScheduleError("An interval schedule needs start_at or an anchor.")
+        problem = end_problem(self.start_at, self.run_at, self.end_at)
+        if problem:
+            raise ScheduleError(problem, field="end_at")
 
     @classmethod
     def for_job(
@@ -521,6 +555,8 @@ class Schedule:
         timezone: str,
         start_at: datetime | None,
         created_at: datetime | None,
+        run_at: datetime | None = None,
+        end_at: datetime | None = None,
     ) -> Schedule:
         """The schedule of a job: of its row, of a span of its schedule
         history, of the dispatcher's copy of it, or of one not made yet. The
@@ -542,6 +578,9 @@ class Schedule:
         caller that checks or previews the schedule of a job about to be made
         (the admin's form, the API's serializer and schedule preview) passes
         the time it would be created at: now.
+
+        A one-off (``run_at``) has no anchor and no start: its one fire is
+        ``run_at``. ``end_at`` cuts any schedule: nothing fires after it.
         """
         return cls(
             cron=cron,
@@ -549,6 +588,8 @@ class Schedule:
             timezone=timezone,
             start_at=start_at,
             anchor=created_at,
+            run_at=run_at,
+            end_at=end_at,
         )
 
     # -- public API
@@ -575,9 +616,16 @@ class Schedule:
             floor = self.start_at - _ONE_US
         # Every generator below yields fires strictly greater than `floor`.
         # Datetimes have microsecond resolution, so "> t - 1us" is ">= t".
-        if self.cron is not None:
-            return self._iter_cron(floor)
-        return self._iter_interval(floor)
+        if self.run_at is not None:
+            fires: Iterator[datetime] = iter([self.run_at] if self.run_at > floor else [])
+        elif self.cron is not None:
+            fires = self._iter_cron(floor)
+        else:
+            fires = self._iter_interval(floor)
+        if self.end_at is None:
+            return fires
+        end_at = self.end_at
+        return takewhile(lambda fire: fire <= end_at, fires)
 
     def fires_between(self, start: datetime, end: datetime, limit: int) -> list[datetime]:
         """Fires f with start <= f < end, ascending, at most ``limit``."""
@@ -609,8 +657,12 @@ class Schedule:
         iter_fires would list.
         """
         after, until = _aware("after", after), _aware("until", until)
+        if self.end_at is not None:
+            until = min(until, self.end_at)
         if count <= 0 or until < after:
             return []
+        if self.run_at is not None:
+            return [self.run_at] if after <= self.run_at <= until else []
         if self.interval_seconds is not None:
             anchor, step = self._interval_anchor(), timedelta(seconds=self.interval_seconds)
             first = _ceil_steps(anchor, after, step)
@@ -641,9 +693,13 @@ class Schedule:
         per-minute cron are about sixty steps, not 86,400.
         """
         start, end = _aware("start", start), _aware("end", end)
+        if self.end_at is not None:
+            end = min(end, self.end_at + _ONE_US)
         if end <= start or (cap is not None and cap <= 0):
             return 0
-        if self.interval_seconds is not None:
+        if self.run_at is not None:
+            total = 1 if start <= self.run_at < end else 0
+        elif self.interval_seconds is not None:
             anchor, step = self._interval_anchor(), timedelta(seconds=self.interval_seconds)
             # Interval fires never precede the anchor (= start_at when set).
             total = max(0, _ceil_steps(anchor, end, step) - _ceil_steps(anchor, start, step))
@@ -987,6 +1043,26 @@ def cron_risks(cron: str, timezone: str, *, now: datetime | None = None) -> list
                     f"back {shift}): fires due then run once, at the first {wall:%H:%M}."
                 )
     return risks
+
+
+def ending_warnings(
+    *, run_at: datetime | None, end_at: datetime | None, now: datetime
+) -> list[str]:
+    """Warnings for a one-off time or an end already past at ``now``: such a
+    job is saved (an export made into jobs again must be taken as it is),
+    but it has no fire left and shows as finished."""
+    now = _aware("now", now)
+    if run_at is not None and _aware("run_at", run_at) <= now:
+        return [
+            "run_at is already past: this one-off job is finished and will not fire"
+            " (set a later run_at to have it fire)."
+        ]
+    if end_at is not None and _aware("end_at", end_at) <= now:
+        return [
+            "end_at is already past: this job has no fire left and shows as finished"
+            " (set a later end_at, or none, to have it fire again)."
+        ]
+    return []
 
 
 def _first_wall_fire(expr: str, lo: datetime) -> datetime | None:

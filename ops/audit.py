@@ -31,8 +31,11 @@ Rules (``Rule``), for each job:
    ``next_fire_at`` (every fire before it was planned, in the transaction
    that advanced it) or, while a dispatcher is alive, ``now - grace -
    tolerance`` if later: a dispatcher that is alive but stalled does not
-   move the end of what is owed. More slots than accounted: ``gap`` (the
-   slots without a run are listed). Fewer: ``count mismatch``.
+   move the end of what is owed. A finished job (active, ``next_fire_at``
+   NULL: every fire was planned) owes up to ``now``. No slot lies past a
+   span's ``end_at``, and a one-off's span has one slot, its ``run_at``.
+   More slots than accounted: ``gap`` (the slots without a run are
+   listed). Fewer: ``count mismatch``.
 2. **On schedule.** A ``scheduled`` or ``catch_up`` run sits on a slot of the
    schedule of the span that contains it; a ``scheduled`` run never lies in
    a paused or deleted span; ``catch_up`` runs in a paused span (made by a
@@ -334,9 +337,13 @@ _JOBS = """
 # from its anchor, not before it: coalesce(start_at, anchor) is the anchor
 # rule of jobs/schedules.py Schedule.for_job), and for a cron only that it is
 # a whole minute not before start_at (cron fires are whole minutes).
+#
+# A one-off's one slot is its run_at, and no slot is past a span's end_at.
 def _on_slot(s: str) -> str:
     return f"""
-    CASE WHEN {s}.interval_seconds IS NOT NULL THEN
+    ({s}.end_at IS NULL OR r.scheduled_at <= {s}.end_at) AND
+    CASE WHEN {s}.run_at IS NOT NULL THEN r.scheduled_at = {s}.run_at
+    WHEN {s}.interval_seconds IS NOT NULL THEN
         r.scheduled_at >= coalesce({s}.start_at, {s}.anchor)
         AND mod(extract(epoch FROM r.scheduled_at)
                 - extract(epoch FROM coalesce({s}.start_at, {s}.anchor)),
@@ -355,7 +362,8 @@ def _on_slot(s: str) -> str:
 _SPAN_COUNTS = f"""
     WITH {_JOBS}, w AS (
         SELECT s.id, s.job_id, s.cron, s.interval_seconds, s.timezone, s.start_at,
-               s.anchor, s.missed_count, s.started_at, s.ended_at, jb.grace,
+               s.anchor, s.run_at, s.end_at, s.missed_count, s.started_at, s.ended_at,
+               jb.grace,
                jb.next_fire_at,
                CASE
                    WHEN s.ended_at IS NOT NULL THEN s.ended_at
@@ -363,7 +371,7 @@ _SPAN_COUNTS = f"""
                    WHEN %(dispatcher_alive)s THEN greatest(
                        %(now)s - make_interval(secs => jb.grace + %(tol)s),
                        jb.next_fire_at - interval '1 microsecond')
-                   ELSE coalesce(jb.next_fire_at - interval '1 microsecond', s.started_at)
+                   ELSE coalesce(jb.next_fire_at - interval '1 microsecond', %(now)s)
                END AS owed_to
         FROM jobs_schedulespan AS s JOIN jobs AS jb ON jb.id = s.job_id
         WHERE s.state = 'active' AND s.started_at < %(until)s
@@ -962,6 +970,8 @@ def _schedule(span: dict[str, Any]) -> Schedule:
         timezone=span["timezone"],
         start_at=span["start_at"],
         created_at=span["anchor"],
+        run_at=span["run_at"],
+        end_at=span["end_at"],
     )
 
 

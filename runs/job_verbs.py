@@ -39,7 +39,9 @@ MAX_BACKFILL = 1000
 
 # The fields whose change moves the job's fires: an edit of one of them plans
 # what the old schedule already made due, then recomputes next_fire_at.
-SCHEDULE_FIELDS = frozenset({"cron", "interval_seconds", "timezone", "start_at"})
+SCHEDULE_FIELDS = frozenset(
+    {"cron", "interval_seconds", "run_at", "timezone", "start_at", "end_at"}
+)
 # The fields the dispatcher's planning reads besides the schedule: an edit of
 # one of them plans the due fires under the old values first, as the
 # dispatcher would have a moment earlier.

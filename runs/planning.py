@@ -45,6 +45,8 @@ class DueJob:
     max_attempts: int = 3
     target_kind: str = "webhook"
     owner_id: int | None = None  # copied onto its runs (runs/models.py Run.owner_id)
+    run_at: dt.datetime | None = None  # a one-off's one fire
+    end_at: dt.datetime | None = None  # no fire after it
 
     @classmethod
     def from_row(cls, row: object) -> DueJob:
@@ -61,6 +63,8 @@ class DueJob:
             timezone=self.timezone,
             start_at=self.start_at,
             created_at=self.created_at,
+            run_at=self.run_at,
+            end_at=self.end_at,
         )
 
 
@@ -116,7 +120,8 @@ class DueFires:
 
 def _due_fires(job: DueJob, now: dt.datetime) -> DueFires:
     """Fires in [next_fire_at, now]: the tail that can matter listed, the rest
-    counted, and the first fire after now.
+    counted, and the first fire after now (None past the job's ``end_at``,
+    or after a one-off's fire: the job is finished).
 
     The tail is the newest MAX_MISSED_ROWS + max_catchup + 1 fires: room for
     the recorded misfires, the catch-up runs and a fire within grace. Interval
@@ -131,10 +136,14 @@ def _due_fires(job: DueJob, now: dt.datetime) -> DueFires:
         # Arithmetic from next_fire_at, as the SQL fast path advances it
         # (dispatch/queries.py): the same fires whichever path takes the job.
         step = dt.timedelta(seconds=job.interval_seconds)
-        total = (now - start) // step + 1
+        until = now if job.end_at is None else min(now, job.end_at)
+        total = (until - start) // step + 1
         first_kept = max(0, total - keep)
         kept = [start + step * k for k in range(first_kept, total)]
-        return DueFires(kept, first_kept, start if first_kept else None, start + step * total)
+        upcoming: dt.datetime | None = start + step * total
+        if job.end_at is not None and upcoming is not None and upcoming > job.end_at:
+            upcoming = None
+        return DueFires(kept, first_kept, start if first_kept else None, upcoming)
     schedule = job.schedule
     kept = schedule.latest_fires(start, now, keep)
     older = schedule.count_fires_between(start, kept[0]) if kept else 0
@@ -155,7 +164,8 @@ def plan_job(job: DueJob, now: dt.datetime, running: int = 0, waiting: int = 0) 
     5. Missed rows are capped at MAX_MISSED_ROWS, the newest kept; older
        misfires are counted (missed_counted, and the earliest as
        missed_since), never listed.
-    6. Advance next_fire_at to the first fire after now.
+    6. Advance next_fire_at to the first fire after now: None when the
+       job's ``end_at`` comes first, or its one-off has fired (finished).
     """
     due = _due_fires(job, now)
     grace = dt.timedelta(seconds=job.misfire_grace_seconds)

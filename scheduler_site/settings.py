@@ -438,7 +438,7 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # Jobs and runs both have a "state": name their enums apart.
     "ENUM_NAME_OVERRIDES": {
-        "JobStateEnum": "jobs.models.JobState",
+        "JobStateEnum": "jobs.models.JobStatus",
         "RunStateEnum": "runs.models.RunState",
     },
 }

@@ -14,7 +14,7 @@ _names = itertools.count()
 
 def make_job(owner, **fields) -> Job:
     fields.setdefault("name", f"job-{next(_names)}")
-    if "cron" not in fields:
+    if "cron" not in fields and "run_at" not in fields:
         fields.setdefault("interval_seconds", 60)
     fields.setdefault("url", "http://127.0.0.1:9/hook")
     job = Job(owner=owner, **fields)
@@ -38,10 +38,10 @@ def rewrite_job(job: Job, **fields) -> None:
         cur.execute(
             """
             INSERT INTO jobs_schedulespan (job_id, started_at, state, cron, interval_seconds,
-                timezone, start_at, anchor, missed_count)
+                timezone, start_at, anchor, missed_count, run_at, end_at)
             SELECT id, created_at,
                    CASE WHEN deleted_at IS NOT NULL THEN 'deleted' ELSE state END,
-                   cron, interval_seconds, timezone, start_at, created_at, 0
+                   cron, interval_seconds, timezone, start_at, created_at, 0, run_at, end_at
             FROM jobs_job WHERE id = %s
             """,
             [job.pk],

@@ -3,7 +3,7 @@ tests/integration/test_lifecycle_stateful.py.
 
 A *sequence* is a list of abstract steps generated from a seed alone: owner
 actions (create, edit, pause, resume, trigger, test delivery, backfill,
-delete) through the
+delete; edits of the schedule, its start and end, and one-off times) through the
 verbs the API and admin call (runs/job_verbs.py), dispatcher work (tick,
 auto-resume, fail_exhausted) and worker work (claim, heartbeat, complete,
 release, crash) through runs/leases.py and runs/outcomes.py, and jumps of the
@@ -47,6 +47,10 @@ CRONS = ["*/5 * * * *", "0 * * * *", "30 2 * * *", "* * * * *", "15,45 * * * *",
 INTERVALS = [30, 60, 300, 900, 3600]
 TIMEZONES = ["UTC", "Europe/Paris", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe"]
 START_OFFSETS = [None, -3600, 600, 7200]  # start_at relative to now, in seconds
+# end_at and a one-off's run_at, relative to now, in seconds: an end that
+# comes within the sequence's clock jumps, one far off, none, one just past.
+END_OFFSETS = [None, 120, 900, 4 * 3600, -60]
+RUN_OFFSETS = [45, 600, 3 * 3600]
 OVERLAPS = ["skip", "queue", "allow"]
 MISFIRES = ["skip", "catch_up"]
 TARGETS = ["webhook", "pull"]
@@ -60,6 +64,8 @@ EDIT_FIELDS = [
     "overlap",
     "overlap",
     "misfire",
+    "end_at",
+    "run_at",
 ]
 WORKERS = 3
 # PUNCTUAL_STATEFUL_AUDIT=0 leaves the auditor out, to see what the other
@@ -391,15 +397,19 @@ class Machine:
         job = m.job
         values: dict[str, Any]
         if name == "cron":
-            values = {"cron": CRONS[choice % len(CRONS)], "interval_seconds": None}
+            values = {"cron": CRONS[choice % len(CRONS)], "interval_seconds": None, "run_at": None}
         elif name == "interval":
-            values = {"interval_seconds": INTERVALS[choice % len(INTERVALS)], "cron": None}
+            values = {
+                "interval_seconds": INTERVALS[choice % len(INTERVALS)],
+                "cron": None,
+                "run_at": None,
+            }
         elif name == "timezone":
             values = {"timezone": TIMEZONES[choice % len(TIMEZONES)]}
-        elif name == "start_at":
-            offset = START_OFFSETS[choice % len(START_OFFSETS)]
-            start = None if offset is None else db_now() + dt.timedelta(seconds=offset)
-            values = {"start_at": start}
+        elif name in ("start_at", "end_at", "run_at"):
+            values = self._times(job, name, choice)
+            if values is None:
+                return
         elif name == "target_kind":
             values = {"target_kind": "pull" if job.target_kind == "webhook" else "webhook"}
         elif name == "overlap":
@@ -408,6 +418,36 @@ class Machine:
             values = {"misfire_policy": MISFIRES[choice % len(MISFIRES)]}
         # As the API's PATCH does (api/job_views.py).
         job_verbs.edit(job, values, channel=Channel.API)
+
+    @staticmethod
+    def _times(job, name: str, choice: int) -> dict[str, Any] | None:
+        """A new start, end or one-off time, relative to now, as the API
+        would take it (the end after the start and the one fire; a one-off
+        without a start), or None where the API would refuse every one."""
+        now = db_now()
+        if name == "run_at":
+            run_at = now + dt.timedelta(seconds=RUN_OFFSETS[choice % len(RUN_OFFSETS)])
+            values: dict[str, Any] = {
+                "run_at": run_at,
+                "cron": None,
+                "interval_seconds": None,
+                "start_at": None,
+            }
+            if job.end_at is not None and job.end_at <= run_at:
+                values["end_at"] = None
+            return values
+        offsets = START_OFFSETS if name == "start_at" else END_OFFSETS
+        offset = offsets[choice % len(offsets)]
+        when = None if offset is None else now + dt.timedelta(seconds=offset)
+        if name == "start_at":
+            if job.run_at is not None and when is not None:
+                return None
+            ends_first = when is not None and job.end_at is not None and job.end_at <= when
+            return {"start_at": when, **({"end_at": None} if ends_first else {})}
+        first = job.start_at or job.run_at
+        if when is not None and first is not None and when <= first:
+            return None
+        return {"end_at": when}
 
     def do_pause(self, k: int, resume_in: int | None) -> None:
         m = self._job(k)

@@ -30,7 +30,7 @@ def test_typing_a_cron_previews_its_words_and_next_fires(page):
     make_owner("ann")
     page.log_in("ann")
     page.open("/admin/jobs/job/add/")
-    preview_says(page, "Enter a cron or an interval")
+    preview_says(page, "Enter a cron, an interval or a run at time")
 
     set_value(page, "#id_interval_seconds", "")
     set_value(page, "#id_cron", "15 9 * * 1-5")
@@ -130,3 +130,33 @@ def test_max_catchup_shows_only_under_the_catch_up_policy(page):
     page.wait(lambda d: row.is_displayed())
     Select(page.find("#id_misfire_policy")).select_by_value("skip")
     page.wait(lambda d: not row.is_displayed())
+
+
+def test_a_one_off_time_and_an_end_are_previewed_and_refused_inline(page):
+    beat()
+    make_owner("ann")
+    page.log_in("ann")
+    page.open("/admin/jobs/job/add/")
+    set_value(page, "#id_interval_seconds", "")
+    set_value(page, "#id_timezone", "Europe/Berlin")
+    set_value(page, "#id_run_at_0", "2031-05-01")
+    set_value(page, "#id_run_at_1", "08:00:00")
+    preview_says(page, "once, at 2031-05-01 10:00 (Europe/Berlin)")
+    rows = page.find_all(f"{PREVIEW} table tbody tr")
+    assert len(rows) == 1 and "2031-05-01 08:00:00 UTC" in rows[0].text
+
+    # An end before the one fire: refused next to the end, before saving.
+    set_value(page, "#id_end_at_0", "2031-05-01")
+    set_value(page, "#id_end_at_1", "07:00:00")
+    error = page.wait(EC.visibility_of_element_located((By.ID, "live-error-end_at")))
+    assert "after run_at" in error.text
+    assert error.find_element(By.XPATH, "./ancestor::div[contains(@class, 'field-end_at')]")
+
+    # A cron with an end: its fires stop there.
+    set_value(page, "#id_run_at_0", "")
+    set_value(page, "#id_run_at_1", "")
+    set_value(page, "#id_cron", "0 9 * * *")
+    set_value(page, "#id_end_at_0", "2031-05-03")
+    set_value(page, "#id_end_at_1", "07:00:00")
+    preview_says(page, "until 2031-05-03 09:00 (Europe/Berlin)")
+    page.screenshot("job_form_preview_end")

@@ -2,7 +2,7 @@
  * The admin's job form (add and change pages), two small behaviours:
  *
  * 1. A live schedule preview. While the owner types a cron, an interval, a
- *    time zone or a start, the form asks the API's schedule preview
+ *    one-off time, a time zone, a start or an end, the form asks the API's schedule preview
  *    (POST /api/v1/schedules/preview/, authenticated by the admin session and
  *    its CSRF token) for the schedule in words, its next fires in the job's
  *    zone and in UTC, and its warnings (daylight-saving changes, day fields).
@@ -20,8 +20,13 @@
   "use strict";
 
   var DEBOUNCE_MS = 400; // at least 300 ms between two previews of one owner
-  var SCHEDULE_INPUTS = ["cron", "interval_seconds", "timezone", "start_at_0", "start_at_1"];
-  var ERROR_FIELDS = ["cron", "interval_seconds", "timezone", "start_at"];
+  var TIMES = ["run_at", "start_at", "end_at"]; // date and time inputs: NAME_0, NAME_1
+  var SCHEDULE_INPUTS = ["cron", "interval_seconds", "timezone"].concat(
+    TIMES.reduce(function (inputs, name) {
+      return inputs.concat([name + "_0", name + "_1"]);
+    }, [])
+  );
+  var ERROR_FIELDS = ["cron", "interval_seconds", "timezone"].concat(TIMES);
 
   function ready(fn) {
     if (document.readyState === "loading") {
@@ -93,11 +98,12 @@
     return input ? input.value.trim() : "";
   };
 
-  // The start as the API takes it: ISO 8601 with an offset. The admin reads
-  // dates in its own zone, UTC (settings.TIME_ZONE), hence the "Z".
-  SchedulePreview.prototype.startAt = function () {
-    var date = this.value("start_at_0");
-    var time = this.value("start_at_1");
+  // A time (start_at, run_at, end_at) as the API takes it: ISO 8601 with an
+  // offset. The admin reads dates in its own zone, UTC (settings.TIME_ZONE),
+  // hence the "Z".
+  SchedulePreview.prototype.time = function (name) {
+    var date = this.value(name + "_0");
+    var time = this.value(name + "_1");
     if (!date && !time) return null;
     if (time && time.length === 5) time += ":00";
     return date + "T" + (time || "00:00:00") + "Z";
@@ -110,7 +116,9 @@
       // A whole number goes as one; anything else as typed, for the API to name.
       interval_seconds: interval === "" ? null : /^\d+$/.test(interval) ? Number(interval) : interval,
       timezone: this.value("timezone") || "UTC",
-      start_at: this.startAt(),
+      run_at: this.time("run_at"),
+      start_at: this.time("start_at"),
+      end_at: this.time("end_at"),
       count: this.count,
     };
   };
@@ -126,9 +134,9 @@
   SchedulePreview.prototype.send = function () {
     var self = this;
     var body = this.body();
-    if (!body.cron && body.interval_seconds === null) {
+    if (!body.cron && body.interval_seconds === null && body.run_at === null) {
       this.clearFieldErrors();
-      this.show([element("p", "punctual-quiet", "Enter a cron or an interval to preview the schedule.")]);
+      this.show([element("p", "punctual-quiet", "Enter a cron, an interval or a run at time to preview the schedule.")]);
       return;
     }
     var wait = this.pausedUntil - Date.now();

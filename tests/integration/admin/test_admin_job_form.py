@@ -24,6 +24,11 @@ pytestmark = pytest.mark.django_db
 ADD = reverse("admin:jobs_job_add")
 
 
+# A one-off's time, and a start, as the admin's split date and time inputs take them.
+ONE_OFF = {"interval_seconds": "", "run_at_0": "2027-01-01", "run_at_1": "12:00:00"}
+START = {"start_at_0": "2027-01-01", "start_at_1": "00:00:00"}
+
+
 def change_url(job: Job) -> str:
     return reverse("admin:jobs_job_change", args=[job.pk])
 
@@ -69,8 +74,16 @@ def test_the_form_groups_fields_under_titled_fieldsets(ann_client):
 @pytest.mark.parametrize(
     ("overrides", "field", "fragment"),
     [
-        ({"cron": "*/5 * * * *"}, "cron", "exactly one of cron and interval"),
-        ({"interval_seconds": ""}, "interval_seconds", "exactly one of cron and interval"),
+        ({"cron": "*/5 * * * *"}, "cron", "exactly one of cron, interval and run at"),
+        ({"interval_seconds": ""}, "interval_seconds", "exactly one of cron, interval and run"),
+        ({"interval_seconds": ""}, "run_at", "exactly one of cron, interval and run at"),
+        ({**ONE_OFF, "interval_seconds": "300"}, "run_at", "exactly one of cron, interval"),
+        ({**ONE_OFF, **START}, "start_at", "leave start_at empty"),
+        ({**START, "end_at_0": "2027-01-01", "end_at_1": "00:00:00"}, "end_at", "after start_at"),
+        ({**START, "end_at_0": "2026-12-01", "end_at_1": "00:00:00"}, "end_at", "after start_at"),
+        ({**ONE_OFF, "end_at_0": "2027-01-01", "end_at_1": "12:00:00"}, "end_at", "after run_at"),
+        ({"end_at_0": "someday", "end_at_1": "00:00:00"}, "end_at", "Enter a valid date"),
+        ({**ONE_OFF, "run_at_0": "9999-12-31", "run_at_1": "23:59:59"}, "run_at", "between 1970"),
         ({"cron": "0 0 30 2 *", "interval_seconds": ""}, "cron", "can never fire"),
         ({"cron": "0 0 * *", "interval_seconds": ""}, "cron", "has 4 fields"),
         ({"interval_seconds": "0"}, "interval_seconds", "greater than or equal to 1"),
@@ -323,3 +336,39 @@ def test_a_new_jobs_payload_box_holds_the_empty_object(ann_client):
     page = ann_client.get(reverse("admin:jobs_job_add")).content.decode()
     box = re.search(r"<textarea name=\"payload\"[^>]*>([^<]*)</textarea>", page)
     assert box is not None and box.group(1).strip() == "{}", box
+
+
+def test_a_one_off_is_saved_from_the_form_and_its_page_says_it_has_ended(ann, ann_client):
+    response = ann_client.post(
+        ADD, form_data(interval_seconds="", run_at_0="2026-01-01", run_at_1="12:00:00")
+    )
+    assert response.status_code == 302, errors(response)
+    job = Job.objects.get()
+    assert job.run_at == dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC) and job.next_fire_at is None
+    page = ann_client.get(change_url(job)).content.decode()
+    assert "None: this schedule has ended" in page
+    assert "run_at is already past" in page
+    assert "Finished" in page
+
+
+def test_an_end_saved_from_the_form_cuts_the_next_fires(ann, ann_client):
+    job = make_job(ann, cron="0 * * * *")
+    end = db_now() + dt.timedelta(hours=3)
+    response = ann_client.post(
+        change_url(job),
+        form_data(
+            name=job.name,
+            cron="0 * * * *",
+            interval_seconds="",
+            end_at_0=f"{end:%Y-%m-%d}",
+            end_at_1=f"{end:%H:%M:%S}",
+            expected_version=str(job.version),
+        ),
+    )
+    assert response.status_code == 302, errors(response)
+    job.refresh_from_db()
+    assert job.end_at == end.replace(microsecond=0)
+    page = ann_client.get(change_url(job)).content.decode()
+    table = re.search(r'<table class="punctual-fires">.*?</table>', page, re.S).group(0)
+    fires = re.findall(r"<td>(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC</td>", table)
+    assert len(fires) == 3, fires

@@ -3,11 +3,13 @@ a strip of recent outcomes, the filters, and actions that call domain verbs."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 import pytest
 from django.urls import reverse
 
+from core.db import db_now
 from jobs.models import Job, JobEvent
 from runs import job_verbs
 from runs.models import Run
@@ -64,7 +66,9 @@ def test_next_fire_is_shown_in_the_jobs_zone(ann, ann_client):
 @pytest.mark.parametrize(
     ("params", "expected"),
     [
-        ({"state__exact": "paused"}, ["paused-one"]),
+        ({"state": "paused"}, ["paused-one"]),
+        ({"state": "finished"}, ["finished-one"]),
+        ({"state": "active"}, ["catch-up-one", "failing-one", "plain", "pull-one", "queue-one"]),
         ({"target_kind__exact": "pull"}, ["pull-one"]),
         ({"misfire_policy__exact": "catch_up"}, ["catch-up-one"]),
         ({"overlap_policy__exact": "queue"}, ["queue-one"]),
@@ -78,7 +82,22 @@ def test_filters_answer_state_target_policies_and_failing(ann, ann_client, param
     make_job(ann, name="catch-up-one", misfire_policy="catch_up")
     make_job(ann, name="queue-one", overlap_policy="queue")
     make_job(ann, name="failing-one", consecutive_failures=2)
+    make_job(ann, name="finished-one", run_at=db_now() - dt.timedelta(minutes=1))
     assert rows(get(ann_client, **params)) == expected
+
+
+def test_a_finished_job_shows_finished_not_failing_and_its_schedule_in_words(ann, ann_client):
+    make_job(
+        ann,
+        name="done",
+        run_at=dt.datetime(2026, 1, 1, 17, 30, tzinfo=dt.UTC),
+        timezone="Europe/Berlin",
+        consecutive_failures=1,
+    )
+    page = get(ann_client)
+    state = re.search(r'<td class="field-state_column">(.*?)</td>', page, re.S).group(1)
+    assert "Finished" in state and "Failing" not in state
+    assert "once, at 2026-01-01 18:30 (Europe/Berlin)" in page
 
 
 def act(client, action: str, *jobs: Job):

@@ -200,6 +200,12 @@ FIELDS = [
     ("start_at_0", "\x00", None),
     ("start_at_0", "2026-13-01", None),
     ("start_at_1", "25:00:00", None),
+    ("run_at_0", "\x00", None),
+    ("run_at_0", "2026-02-30", None),
+    ("run_at_1", "12:61:00", None),
+    ("end_at_0", "\x00", None),
+    ("end_at_0", "0000-01-01", None),
+    ("end_at_1", "x" * 10_000, None),
     ("expected_version", "abc", None),
     ("tags", "\x00", None),
     ("tags", "x" * 10_000, ["x" * 10_000]),
@@ -259,13 +265,14 @@ def test_a_hostile_field_is_a_form_error_and_writes_nothing(client, user, field,
     if field == "owner" and not user.is_superuser:
         pytest.skip("only a superuser's form has an owner field")
     overrides = {field: value}
-    if field.startswith("start_at"):
-        overrides = {"start_at_0": "2026-01-01", "start_at_1": "00:00:00", **overrides}
-    if field == "cron":
+    time = next((t for t in ("start_at", "run_at", "end_at") if field.startswith(t)), None)
+    if time is not None:
+        overrides = {f"{time}_0": "2026-01-01", f"{time}_1": "00:00:00", **overrides}
+    if field == "cron" or time == "run_at":
         overrides["interval_seconds"] = ""
     before = written()
     errors = form_errors(client.post(ADD, admin_form(user, **overrides)))
-    named = "start_at" if field.startswith("start_at") else field
+    named = time or field
     if field == "expected_version":
         named = "expected_version"
     assert named in errors, errors

@@ -122,6 +122,29 @@ CASES = [
     (over(start_at="0001-01-01T00:00:00+01:00"), 400, "start_at"),
     (over(start_at="9999-12-31T23:59:59Z"), 400, "start_at"),
     (over(start_at=1767225600), 400, "start_at"),
+    # run_at (a one-off: instead of cron and interval_seconds)
+    (over(interval_seconds=None, run_at="tomorrow"), 400, "run_at"),
+    (over(interval_seconds=None, run_at="2027-01-01T00:00:00"), 400, "run_at"),  # naive
+    (over(interval_seconds=None, run_at=1767225600), 400, "run_at"),
+    (over(interval_seconds=None, run_at="9999-12-31T23:59:59Z"), 400, "run_at"),
+    (over(run_at="2027-01-01T00:00:00Z"), 400, "run_at"),  # and an interval
+    (over(interval_seconds=None, cron="@daily", run_at="2027-01-01T00:00:00Z"), 400, "run_at"),
+    (
+        over(interval_seconds=None, run_at="2027-01-01T00:00:00Z", start_at="2026-12-01T00:00Z"),
+        400,
+        "start_at",
+    ),
+    # end_at
+    (over(end_at="never"), 400, "end_at"),
+    (over(end_at="2027-01-01T00:00:00"), 400, "end_at"),  # naive
+    (over(end_at=["2027-01-01T00:00:00Z"]), 400, "end_at"),
+    (over(start_at="2027-01-01T00:00:00Z", end_at="2027-01-01T00:00:00Z"), 400, "end_at"),
+    (over(start_at="2027-01-01T00:00:00Z", end_at="2026-01-01T00:00:00Z"), 400, "end_at"),
+    (
+        over(interval_seconds=None, run_at="2027-01-01T00:00:00Z", end_at="2026-12-31T00:00Z"),
+        400,
+        "end_at",
+    ),
     # target_kind and url
     (over(target_kind="email"), 400, "target_kind"),
     (over(url=DROP), 400, "url"),
@@ -278,6 +301,18 @@ PATCH_CASES = [
     ({"cron": "@daily"}, "interval_seconds"),
     ({"interval_seconds": None}, "cron"),
     ({"timezone": "../../etc/passwd"}, "timezone"),
+    ({"run_at": "2027-01-01T00:00:00Z"}, "run_at"),
+    ({"interval_seconds": None, "run_at": "soon"}, "run_at"),
+    (
+        {
+            "interval_seconds": None,
+            "run_at": "2027-01-01T00:00:00Z",
+            "start_at": "2026-01-01T00:00:00Z",
+        },
+        "start_at",
+    ),
+    ({"end_at": "2020-01-01T00:00:00Z", "start_at": "2021-01-01T00:00:00Z"}, "end_at"),
+    ({"end_at": "2027-01-01T00:00:00"}, "end_at"),
     ({"url": "http://127.1/"}, "url"),
     ({"url": ""}, "url"),
     ({"payload": {"blob": "x" * (64 * 1024)}}, "payload"),
