@@ -215,9 +215,7 @@ def test_lists_never_show_another_owner_s_rows(api, other_api, owned, other_owne
     theirs_channel = AlertChannel.objects.create(
         owner=other_owner, name="b's channel", url_encrypted=crypto.encrypt(PUBLIC_CHANNEL)
     )
-    assert [c["id"] for c in other_api.get("/api/v1/alert-channels/").json()] == [
-        theirs_channel.pk
-    ]
+    assert [c["id"] for c in other_api.get("/api/v1/alert-channels/").json()] == [theirs_channel.pk]
     job_verbs.trigger(owned["job"])
     claimed = other_api.post("/api/v1/runs/claim/", {"worker": "w1", "limit": 100}, format="json")
     assert claimed.status_code == 200 and claimed.json() == []
