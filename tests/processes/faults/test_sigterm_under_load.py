@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -71,6 +72,13 @@ def test_sigterm_under_load_finishes_in_flight_deliveries_and_loses_no_run(
     wait_until(lambda: receiver.stats()["in_flight"] >= 60, timeout=60, message="load")
     assert processes.stop(dispatcher, signal.SIGTERM) == 0
     dispatcher = processes.manage("dispatch", name="dispatch-second")
+    # Its SIGTERM below tests a tick's finish, not a start-up cut short: the
+    # handlers are in place once it logs that it started.
+    wait_until(
+        lambda: "dispatcher started" in Path(dispatcher.log_path).read_text(),
+        timeout=60,
+        message="the second dispatcher to start",
+    )
     took.append(terminate_under_load(second, "second"))
     last = work("last")
     assert processes.stop(dispatcher, signal.SIGTERM) == 0
