@@ -19,8 +19,9 @@ from django.urls import reverse
 
 from alerts import ledger, saving
 from alerts.models import MAX_CHANNEL_URL, Alert, Channel
+from console import new_secrets
 from core.admin_base import BigTableAdmin, OwnerScopedAdmin
-from jobs import crypto, lookups
+from jobs import lookups
 
 NEW_URLS_SESSION_KEY = "punctual.new_alert_urls"
 # Where changeform_view leaves the posted URL's answers for the form.
@@ -142,19 +143,11 @@ class ChannelAdmin(OwnerScopedAdmin):
 
 
 def _stash_url(request, channel: Channel, url: str) -> None:
-    # Encrypted in the session too: sessions live in the database.
-    urls = request.session.get(NEW_URLS_SESSION_KEY, {})
-    urls[str(channel.pk)] = crypto.encrypt(url)
-    request.session[NEW_URLS_SESSION_KEY] = urls
+    new_secrets.stash(request, NEW_URLS_SESSION_KEY, channel.pk, url)
 
 
 def _pop_url(request, channel: Channel) -> str | None:
-    urls = request.session.get(NEW_URLS_SESSION_KEY, {})
-    token = urls.pop(str(channel.pk), None)
-    if token is None:
-        return None
-    request.session[NEW_URLS_SESSION_KEY] = urls
-    return crypto.decrypt(token)
+    return new_secrets.pop(request, NEW_URLS_SESSION_KEY, channel.pk)
 
 
 @admin.register(Alert)

@@ -1,5 +1,6 @@
-"""A job's new secret, shown once: on the page after the job was created, or
-after its secret was rotated.
+"""A new secret, shown once: a job's on the page after the job was created,
+or after its secret was rotated; an alert channel's URL on the page after it
+was saved (console/alert_admin.py, through stash() and pop()).
 
 The secret waits in the session between the POST that made it and the page
 that shows it, which removes it. It is kept encrypted like the stored one
@@ -34,16 +35,28 @@ def verify(body: bytes, headers: dict[str, str]) -> dict:
 '''
 
 
+def stash(request, session_key: str, pk: object, value: str) -> None:
+    """Keep ``value`` (encrypted) in the session under ``session_key`` for the
+    object ``pk``, until pop() shows it once."""
+    kept = request.session.get(session_key, {})
+    kept[str(pk)] = crypto.encrypt(value)
+    request.session[session_key] = kept
+
+
+def pop(request, session_key: str, pk: object) -> str | None:
+    """The value stash() kept for ``pk``, removed from the session; None when
+    there is none (it was shown already)."""
+    kept = request.session.get(session_key, {})
+    token = kept.pop(str(pk), None)
+    if token is None:
+        return None
+    request.session[session_key] = kept
+    return crypto.decrypt(token)
+
+
 def stash_secret(request, job: Job, secret: str) -> None:
-    secrets = request.session.get(NEW_SECRETS_SESSION_KEY, {})
-    secrets[str(job.pk)] = crypto.encrypt(secret)
-    request.session[NEW_SECRETS_SESSION_KEY] = secrets
+    stash(request, NEW_SECRETS_SESSION_KEY, job.pk, secret)
 
 
 def pop_secret(request, job: Job) -> str | None:
-    secrets = request.session.get(NEW_SECRETS_SESSION_KEY, {})
-    token = secrets.pop(str(job.pk), None)
-    if token is None:
-        return None
-    request.session[NEW_SECRETS_SESSION_KEY] = secrets
-    return crypto.decrypt(token)
+    return pop(request, NEW_SECRETS_SESSION_KEY, job.pk)
