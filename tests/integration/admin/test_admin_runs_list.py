@@ -113,7 +113,8 @@ def test_columns_show_lag_duration_worker_lease_and_why(ann_client, zoo):
     assert "column-worker" not in page and "column-lease" not in page
     assert "worker-a" in row("running", running)
     assert re.search(r"\d+ s left", row("running", running))
-    assert "worker-b" in row("expired", running) and "expired 40 s ago" in row("expired", running)
+    assert "worker-b" in row("expired", running)
+    assert re.search(r"expired 4\d s ago", row("expired", running))  # 40 s, read a moment later
     assert "HTTP 500: Internal Server Error" in row("failed")
     assert "past grace" in row("missed")
     assert "1.5 s" in row("on_time")  # finished_at - started_at
