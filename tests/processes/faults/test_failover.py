@@ -23,9 +23,13 @@ process must find it by itself and carry on.
   under two ids and that every lost fire is either made again or named by the
   auditor, not how many were lost.
 
-  The scenario must lose something to prove anything: it asserts that fires
-  were made again under their ids and delivered again under the same
-  ``webhook-id``.
+  The scenario must lose something to prove anything, and it does by
+  construction: once the WAL sender is frozen nothing more reaches the
+  standby, and the primary is killed only once it has made a second's worth
+  of fires since (their ``created_at`` later than the freeze), some of them
+  delivered; before the promotion the test reads the standby itself and
+  asserts that it has none of them. It then asserts that fires were made
+  again under their ids and delivered again under the same ``webhook-id``.
 
 gunicorn serves the API throughout: while no server accepts writes, a write
 answers 503 with ``Retry-After`` (never a 500) and health answers 503; after
@@ -121,15 +125,34 @@ class Pair:
         ) as conn:
             return conn.execute(sql, params).fetchall()
 
-    def lagging(self, mode: str, receiver: ReceiverHandle, delivered: int) -> bool:
-        """The primary has commits that the standby has not received: a
-        synchronous primary has a commit waiting for the standby; an
-        asynchronous one has acknowledged a second's worth of fires more
-        (their claims were committed before they were delivered)."""
-        if mode == "sync":
-            waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
-            return self.query(waiting)[0][0] > 0
-        return receiver.stats()["count"] >= delivered + JOBS / INTERVAL
+    def waiting_for_standby(self) -> bool:
+        """A synchronous primary has a commit waiting for the standby."""
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
+        return self.query(waiting)[0][0] > 0
+
+    def fires_since(self, frozen: dt.datetime) -> tuple[set[str], set[str]]:
+        """The runs made since ``frozen`` (their ``created_at``, the
+        dispatcher's reading of the server's clock before its insert, is
+        later), and those of them already delivered: on the primary."""
+        rows = self.query("SELECT id::text, state FROM runs_run WHERE created_at > %s", [frozen])
+        return {i for i, _ in rows}, {i for i, state in rows if state == "succeeded"}
+
+    def on_standby(self, sql: str, params=()) -> list[tuple]:
+        """``sql`` on the standby itself (a hot standby answers reads)."""
+        with psycopg.connect(
+            host=str(localdb.socket_dir(self.standby)),
+            user=localdb.USER,
+            dbname=localdb.DATABASE,
+            connect_timeout=5,
+        ) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def replayed_all_received(self) -> bool:
+        """The standby has applied every WAL record it received: what it
+        shows is what a promotion would start from (a promotion first
+        replays whatever was received)."""
+        sql = "SELECT pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn()"
+        return self.on_standby(sql)[0][0] is True
 
     def pooler(self) -> pooler.PgBouncer:
         """A PgBouncer in transaction mode in front of the primary."""
@@ -292,17 +315,39 @@ def _scenario(
     assert sync_state == mode, f"the standby replicates {sync_state}, not {mode}"
 
     # The standby falls behind, as over a congested link: the primary's WAL
-    # sender is frozen. A synchronous primary then holds every commit until
-    # the standby has it; an asynchronous one acknowledges them regardless.
+    # sender is frozen, so nothing the primary writes from this instant on
+    # ever reaches the standby. A synchronous primary then holds every commit
+    # until the standby has it; an asynchronous one acknowledges them
+    # regardless. (Pausing replay on the standby would not do: a promotion
+    # first replays every WAL record the standby has received.)
     (sender,) = pair.query("SELECT pid FROM pg_stat_replication")[0]
     os.kill(sender, signal.SIGSTOP)
-    delivered = receiver.stats()["count"]
-    wait_until(
-        lambda: pair.lagging(mode, receiver, delivered),
-        timeout=60,
-        interval=0.2,
-        message="commits the standby does not have",
-    )
+    (frozen,) = pair.query("SELECT clock_timestamp()")[0]
+    beyond_standby: set[str] = set()
+    if mode == "sync":
+        wait_until(
+            pair.waiting_for_standby,
+            timeout=60,
+            interval=0.2,
+            message="a commit waiting for the standby",
+        )
+    else:
+        # Fires made after the freeze, a second's worth, some of them
+        # delivered: the standby cannot have them, so they are lost with the
+        # primary, must be made again under their ids and the delivered ones
+        # delivered again under theirs. Counted on the primary itself, not
+        # from deliveries, which a backlog of older runs can account for.
+        def behind() -> bool:
+            made, delivered = pair.fires_since(frozen)
+            return len(made) >= JOBS / INTERVAL and len(delivered) >= 10
+
+        wait_until(
+            behind,
+            timeout=60,
+            interval=0.2,
+            message="fires made and delivered that the standby does not have",
+        )
+        beyond_standby, _ = pair.fires_since(frozen)
     (unsent,) = pair.query("SELECT pg_current_wal_lsn() - sent_lsn FROM pg_stat_replication")[0]
     offsets = [Path(p.log_path).stat().st_size for p in loops]
     localdb.crash(pair.primary)
@@ -326,6 +371,19 @@ def _scenario(
     page = browser.get(f"{web.base}/admin/jobs/job/", timeout=60)
     assert page.status_code == 503, (page.status_code, page.text[:500])
     assert page.headers["Retry-After"] == "5"
+    if mode == "async":
+        # What the standby will be promoted with: none of the fires made
+        # after the freeze.
+        wait_until(
+            pair.replayed_all_received,
+            timeout=60,
+            interval=0.2,
+            message="the standby to replay what it received",
+        )
+        reached = pair.on_standby(
+            "SELECT id::text FROM runs_run WHERE id = ANY(%s::uuid[])", [sorted(beyond_standby)]
+        )
+        assert not reached, f"the standby has {len(reached)} fires made after the freeze"
     localdb.promote(pair.standby)
     if bouncer is not None:
         bouncer.point_at(str(localdb.socket_dir(pair.standby)))
@@ -421,6 +479,7 @@ def _scenario(
                 "through_pgbouncer": bouncer is not None,
                 "fires_per_second": JOBS / INTERVAL,
                 "wal_bytes_never_sent": int(unsent),
+                "fires_made_after_freeze": len(beyond_standby),
                 "promoted_after_kill_s": round(promoted - killed, 2),
                 "first_delivery_after_promotion_s": round(resumed - promoted, 2),
                 "delivery_gap_from_kill_s": round(resumed - killed, 2),
@@ -456,8 +515,9 @@ def _scenario(
         assert not acknowledged_lost, f"acknowledged, then lost: {acknowledged_lost[:10]}"
         assert audit_ok, report
         return
-    # Asynchronous: the standby was a second's worth of commits behind, so
-    # runs the old primary had made are missing from the new one; each must
+    # Asynchronous: the standby lacked a second's worth of fires, some of
+    # them delivered, so runs the old primary had made are missing from the
+    # new one; each must
     # come back under its own id (made again from the job's rolled-back
     # next_fire_at), and deliveries whose claims were lost go out again under
     # the same webhook-id.
