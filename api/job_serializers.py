@@ -487,7 +487,23 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
     paused_at = UtcDateTimeField(read_only=True, allow_null=True)
     resume_at = UtcDateTimeField(read_only=True, allow_null=True)
     consecutive_failures = serializers.IntegerField(read_only=True)
-    next_fire_at = UtcDateTimeField(read_only=True, allow_null=True)
+    next_fire_at = UtcDateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text=(
+            "The job's next fire. null when it is finished, or while it is parked (`parked_since`)."
+        ),
+    )
+    parked_since = UtcDateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text=(
+            "Set while the job is parked: an interval job under overlap `skip` whose run"
+            " was still active when this fire came due. Its fires from here on are skipped"
+            " (one skipped run stands for them all, its `fires` counting them) until that"
+            " run ends; its next fire is then the first one from the run's end on."
+        ),
+    )
     missed_count = serializers.IntegerField(
         read_only=True,
         help_text="Fires missed past a recovery's cap of 100 recorded rows: counted, not listed.",

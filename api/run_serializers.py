@@ -58,9 +58,19 @@ class RunSerializer(serializers.ModelSerializer):
             "last_status_code",
             "last_error",
             "last_response",
+            "fires",
         ]
         read_only_fields = fields
         extra_kwargs = {
+            "fires": {
+                "help_text": (
+                    "How many of the job's fires this run stands for: 1, except for the"
+                    " skipped run of a parked job (an interval job under overlap `skip` whose"
+                    " run was still active), which stands for its own fire and each one an"
+                    " interval later until that run ended: their count, or null while the"
+                    " job is still parked."
+                )
+            },
             "reason": {
                 "help_text": (
                     "Why the run never ran, or ended as it did: `past grace` and `over catch-up"
@@ -71,7 +81,7 @@ class RunSerializer(serializers.ModelSerializer):
                     " `permanent error`, `attempts exhausted` or `lease expired on the last"
                     " attempt`. Empty otherwise."
                 )
-            }
+            },
         }
 
 

@@ -461,7 +461,9 @@ class JobAdmin(OwnerScopedAdmin):
     @admin.display(description="next fire", ordering="next_fire_at")
     def next_fire(self, obj: Job):
         if obj.next_fire_at is None:
-            return "—"
+            # Parked (jobs/models.py Job.parked_since): fires again once its
+            # run ends.
+            return "after its run ends" if obj.parked_since else "—"
         local = _local(obj.next_fire_at, obj.timezone)
         now = getattr(obj, "page_now", None) or _now(obj)
         return format_html(

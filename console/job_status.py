@@ -104,6 +104,17 @@ def _state_lines(job: Job, now: dt.datetime, viewer) -> tuple[str, str, list[str
             # beside the system's reason, which stays the headline.
             details.insert(0, _owner_pause(job, event, viewer, first="then paused"))
         return "paused", pause_headline(job, event, viewer), details + streak
+    if job.next_fire_at is None and job.parked_since:
+        # Parked (jobs/models.py Job.parked_since): its run is still active,
+        # and every fire since is declined under overlap skip.
+        details = [
+            "its run is still active: fires since"
+            f" {moment(job.parked_since, job.timezone, now)} are skipped (overlap),"
+            " the next comes after the run ends"
+        ]
+        if streak:
+            return "failed", "Active, failing", details + streak
+        return "active", "Active, waiting for its run", details
     if job.next_fire_at is None:
         # Finished (jobs/models.py JobStatus): not failing, whatever its
         # last run did; an edit of the schedule or its end brings it back.

@@ -366,6 +366,13 @@ class RunAdmin(OwnerScopedAdmin, BigTableAdmin):
             parts.append(f"HTTP {obj.last_status_code}")
         if obj.reason:
             parts.append(obj.reason)
+        if obj.fires != 1:
+            # A parked job's skipped run (runs/models.py Run.fires).
+            parts.append(
+                "and every later fire while its run is active"
+                if obj.fires is None
+                else f"{obj.fires} fires, one interval apart"
+            )
         if obj.last_error:
             error = obj.last_error
             if error_chars is not None and len(error) > error_chars:

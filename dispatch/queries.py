@@ -150,8 +150,25 @@ OVERLAP_SKIPS = """
 # overload nearly every due job still has a run waiting, and the fast path
 # then walked past all of them (one overlap probe per partition each) to
 # find its batch, every tick, before the planned path took them one by one
-# in Python. That was the extra work that made an overloaded install deliver
-# less than its peak (docs/benchmarks.md "Overload, and what is not yet shown").
+# in Python.
+#
+# Parking (docs/concepts/misfire-and-overlap.md "Parked while its run is
+# active"): a fire of an overlap ``skip`` job declined because its run is
+# still active parks the job instead of stepping it one interval. Its skipped
+# row stands for every fire from there on (``fires`` NULL), the job leaves
+# the due set (next_fire_at NULL, parked_since the fire), and the active runs
+# (``holders``) are marked with ``parks_fire``; when a marked run ends, the
+# trigger run_unparks_job (runs/migrations/0014) counts the fires declined and
+# sets the next one. Under overload nearly every job has a run waiting, and
+# a row and a job update for each of their fires was the work that made an
+# install deliver less past its peak than at it; parked, they cost nothing
+# until their run ends. ``holders`` locks the active runs SKIP LOCKED, so
+# that a run cannot end unseen between this statement's read and its commit
+# (the run's end waits for the mark and sees it); a run locked by someone
+# else (its claim, a heartbeat, its completion) is not waited for: the fire
+# is then skipped as before, one row, and the job steps on. The skipped row
+# goes in first and the job parks only if it did (ON CONFLICT: a fire that
+# already had a row, a backfill's say, is not a parking's first fire).
 #
 # A job with an end_at takes this path too: its next fire is NULL (the job
 # is finished) once the one after this would be past end_at.
@@ -201,31 +218,48 @@ DISPATCH_SIMPLE_INTERVALS = f"""
         FROM unnest(string_to_array(%(tids)s, ' ')::tid[],
                     string_to_array(%(run_ids)s, ',')::uuid[]) AS f(tid, run_id)
         JOIN jobs_job AS j ON j.ctid = f.tid
+    ), holders AS (
+        SELECT a.id, a.scheduled_at, a.job_id
+        FROM due JOIN runs_run AS a ON a.job_id = due.id
+        WHERE due.skipped AND due.overlap_policy = 'skip'
+          AND a.state IN ('pending', 'running', 'retrying') AND a.scheduled_at >= %(floor)s
+        FOR NO KEY UPDATE OF a SKIP LOCKED
     ), ins AS (
-        INSERT INTO runs_run ({RUN_COLUMNS_SQL})
+        INSERT INTO runs_run ({RUN_COLUMNS_SQL}, fires)
         SELECT due.run_id, due.id, due.next_fire_at, 'scheduled',
                CASE WHEN due.skipped THEN 'skipped' ELSE 'pending' END,
                CASE WHEN due.skipped THEN 'overlap' ELSE '' END, 0,
                due.max_attempts,
                CASE WHEN NOT due.skipped THEN due.next_fire_at END, '', %(now)s,
                CASE WHEN due.skipped THEN %(now)s::timestamptz END, '',
-               due.target_kind, due.overlap_policy <> 'allow', due.owner_id
+               due.target_kind, due.overlap_policy <> 'allow', due.owner_id,
+               CASE WHEN due.id IN (SELECT job_id FROM holders) THEN NULL ELSE 1 END
         FROM due
         ON CONFLICT (job_id, scheduled_at) DO NOTHING
-        RETURNING state
+        RETURNING job_id, state, fires
+    ), parked AS (
+        SELECT job_id AS id FROM ins WHERE fires IS NULL
+    ), marked AS (
+        UPDATE runs_run AS r SET parks_fire = due.next_fire_at
+        FROM holders JOIN parked ON parked.id = holders.job_id JOIN due ON due.id = parked.id
+        WHERE r.id = holders.id AND r.scheduled_at = holders.scheduled_at
+          AND r.scheduled_at >= %(floor)s
     ), adv AS (
         UPDATE jobs_job AS j
         SET next_fire_at = CASE
-            WHEN j.end_at IS NULL
-                 OR j.next_fire_at + make_interval(secs => j.interval_seconds) <= j.end_at
-            THEN j.next_fire_at + make_interval(secs => j.interval_seconds)
-        END
+                WHEN j.id IN (SELECT id FROM parked) THEN NULL
+                WHEN j.end_at IS NULL
+                     OR j.next_fire_at + make_interval(secs => j.interval_seconds) <= j.end_at
+                THEN j.next_fire_at + make_interval(secs => j.interval_seconds)
+            END,
+            parked_since = CASE WHEN j.id IN (SELECT id FROM parked) THEN j.next_fire_at END
         WHERE j.ctid = ANY(string_to_array(%(tids)s, ' ')::tid[])
         RETURNING 1
     )
     SELECT (SELECT count(*) FROM adv) AS jobs,
            (SELECT count(*) FROM ins WHERE state = 'pending') AS pending,
-           (SELECT count(*) FROM ins WHERE state = 'skipped') AS skipped
+           (SELECT count(*) FROM ins WHERE state = 'skipped') AS skipped,
+           (SELECT count(*) FROM parked) AS parked
 """
 
 # Dispatcher loop and the lag sample: the earliest next fire (uses job_due_idx).
@@ -282,7 +316,7 @@ def dispatch_simple_intervals(
             DISPATCH_SIMPLE_INTERVALS,
             {"now": now, "tids": tids, "run_ids": run_ids, "floor": floor},
         )
-        jobs, pending, skipped = cur.fetchone()
+        jobs, pending, skipped, _parked = cur.fetchone()
     created = {"pending": pending, "skipped": skipped}
     return jobs, {state: n for state, n in created.items() if n}
 

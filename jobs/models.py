@@ -107,8 +107,12 @@ class JobQuerySet(models.QuerySet["Job"]):
         return qs.filter(owner=user)
 
     def finished(self) -> JobQuerySet:
-        """Active jobs with no fire left to come (JobStatus.FINISHED)."""
-        return self.filter(state=JobState.ACTIVE, next_fire_at__isnull=True)
+        """Active jobs with no fire left to come (JobStatus.FINISHED). A
+        parked job has no next fire yet either, but fires again once its run
+        ends."""
+        return self.filter(
+            state=JobState.ACTIVE, next_fire_at__isnull=True, parked_since__isnull=True
+        )
 
     def shown_as(self, status: str) -> JobQuerySet:
         """The jobs that show as ``status`` (a JobStatus): the API's
@@ -116,7 +120,9 @@ class JobQuerySet(models.QuerySet["Job"]):
         if status == JobStatus.FINISHED:
             return self.finished()
         if status == JobStatus.ACTIVE:
-            return self.filter(state=JobState.ACTIVE, next_fire_at__isnull=False)
+            return self.filter(state=JobState.ACTIVE).exclude(
+                next_fire_at__isnull=True, parked_since__isnull=True
+            )
         return self.filter(state=status)
 
     def failing(self) -> JobQuerySet:
@@ -261,6 +267,14 @@ class Job(models.Model):
     resume_at = models.DateTimeField(null=True, blank=True)
     consecutive_failures = models.PositiveIntegerField(default=0)
     next_fire_at = models.DateTimeField(null=True, blank=True)
+    # Parked (docs/concepts/misfire-and-overlap.md "Parked while its run is
+    # active"): an interval job under overlap ``skip`` whose fire came due
+    # while its run was active leaves the due set until that run ends. This is
+    # the first fire it declined (its ``skipped`` run stands for every fire
+    # from here on, runs/models.py Run.fires); next_fire_at is NULL meanwhile.
+    # The end of the run (runs/migrations/0014, jobs_unpark) sets the next fire
+    # and clears this. Never set for a job that is not active.
+    parked_since = models.DateTimeField(null=True, blank=True, editable=False)
     # Fires past the recorded cap of a recovery (docs/concepts/misfire-and-overlap.md
     # "Misfires"):
     # counted, never listed. ``missed_since`` is the earliest of them.
@@ -497,7 +511,7 @@ class Job(models.Model):
     @property
     def status(self) -> str:
         """What the job shows as (JobStatus): finished once no fire is left."""
-        if self.state == JobState.ACTIVE and self.next_fire_at is None:
+        if self.state == JobState.ACTIVE and self.next_fire_at is None and not self.parked_since:
             return JobStatus.FINISHED
         return self.state
 

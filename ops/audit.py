@@ -25,7 +25,9 @@ Rules (``Rule``), for each job:
    (any kind and state: a backfill that reached a slot before the dispatcher
    did holds it, by the unique fire key) at the slot, or by the
    span's ``missed_count`` (fires a long recovery counted instead of listing).
-   It is reconciled as a count: ``slots - runs == missed_count``. ``end`` is
+   It is reconciled as a count: ``slots - runs == missed_count``; a parked
+   job's skipped run counts as the slots it stands for (runs/models.py
+   Run.fires, _covered). ``end`` is
    the span's end for a closed span (the pause, delete or edit that closed it
    planned every fire due by then). For the open span it is
    ``next_fire_at`` (every fire before it was planned, in the transaction
@@ -354,8 +356,35 @@ def _on_slot(s: str) -> str:
 """
 
 
+# How many slots of the span ``b``'s window (lo, hi] the run ``r`` stands
+# for: 1 for a run (its own fire), and for the skipped run of a parked job
+# (runs/models.py Run.fires; only interval jobs are parked) its fires that
+# fall in the window: scheduled_at and each one an interval later, ``fires``
+# of them (NULL: the job is still parked, every one up to hi), none past the
+# span's end_at.
+def _covered(b: str) -> str:
+    first = f"extract(epoch FROM {b}.lo - r.scheduled_at) / {b}.interval_seconds"
+    last = f"extract(epoch FROM {b}.hi - r.scheduled_at) / {b}.interval_seconds"
+    end = f"extract(epoch FROM {b}.end_at - r.scheduled_at) / {b}.interval_seconds"
+    return f"""
+    CASE WHEN r.fires = 1 OR {b}.interval_seconds IS NULL THEN 1
+    ELSE greatest(0, least(floor({last}), coalesce(r.fires - 1, floor({last})),
+                           coalesce(floor({end}), floor({last})))
+                     - greatest(0, floor({first}) + 1) + 1)::int
+    END
+"""
+
+
+# The rows that stand for more than one fire (run_fire_range_idx's predicate,
+# as Django writes ~Q(fires=1)).
+_A_RANGE = "NOT (r.fires = 1 AND r.fires IS NOT NULL)"
+
+
 # Rule 1, counted: each active span that reaches into the audited range, its
-# window (lo, hi] and the runs in it, in one statement (one snapshot).
+# window (lo, hi] and the runs in it, in one statement (one snapshot). A
+# parked job's skipped run stands for several slots (_covered), also when it
+# lies before lo: ``ranges`` adds those (run_fire_range_idx; a parking never
+# outlives its span, the verbs that close a span end it first).
 # ``exact``: the window is the span's whole owed stretch, so its missed_count
 # must match exactly; a window cut by --since/--until can only be checked for
 # "no more missing than counted".
@@ -383,16 +412,24 @@ _SPAN_COUNTS = f"""
         FROM w
     )
     SELECT b.*, (b.lo = b.started_at AND b.hi = b.owed_to) AS exact,
-           c.runs, c.on_slot, c.on_slot_planned
+           c.runs + ranges.covered AS runs, c.on_slot + ranges.covered AS on_slot,
+           c.on_slot_planned + ranges.covered AS on_slot_planned
     FROM b LEFT JOIN LATERAL (
-        SELECT count(*) FILTER (WHERE r.kind IN ('scheduled', 'catch_up')) AS runs,
-               count(*) FILTER (WHERE {_on_slot("b")}) AS on_slot,
-               count(*) FILTER (
+        SELECT coalesce(sum({_covered("b")}) FILTER (
+                   WHERE r.kind IN ('scheduled', 'catch_up')), 0) AS runs,
+               coalesce(sum({_covered("b")}) FILTER (WHERE {_on_slot("b")}), 0) AS on_slot,
+               coalesce(sum({_covered("b")}) FILTER (
                    WHERE r.kind IN ('scheduled', 'catch_up') AND {_on_slot("b")}
-               ) AS on_slot_planned
+               ), 0) AS on_slot_planned
         FROM runs_run AS r
         WHERE r.job_id = b.job_id AND r.scheduled_at > b.lo AND r.scheduled_at <= b.hi
     ) AS c ON true
+    LEFT JOIN LATERAL (
+        SELECT coalesce(sum({_covered("b")}), 0) AS covered
+        FROM runs_run AS r
+        WHERE r.job_id = b.job_id AND r.scheduled_at > b.started_at
+          AND r.scheduled_at <= b.lo AND {_A_RANGE} AND {_on_slot("b")}
+    ) AS ranges ON true
     WHERE b.hi > b.lo
     ORDER BY b.job_id, b.started_at
 """
@@ -480,11 +517,14 @@ def _list_gaps(report, span, schedule: Schedule, slots: int, on_slot: int, count
     oldest fires), the rest are listed, up to LIST_MISSING."""
     with dict_cursor() as cur:
         cur.execute(
-            "SELECT scheduled_at FROM runs_run WHERE job_id = %s AND scheduled_at > %s"
-            " AND scheduled_at <= %s",
-            [span["job_id"], span["lo"], span["hi"]],
+            "SELECT scheduled_at, fires FROM runs_run AS r WHERE job_id = %s"
+            " AND ((scheduled_at > %s AND scheduled_at <= %s)"
+            f" OR (scheduled_at > %s AND {_A_RANGE}))",
+            [span["job_id"], span["lo"], span["hi"], span["started_at"]],
         )
-        taken = {row["scheduled_at"] for row in cur.fetchall()}
+        taken: set[dt.datetime] = set()
+        for row in cur.fetchall():
+            taken.update(_fires_of(row, span))
     unaccounted = slots - on_slot - counted
     skip, seen = counted, 0
     listed: list[dt.datetime] = []
@@ -944,6 +984,19 @@ def _audit_deliveries(report: AuditReport, scope: _Scope, entries: list[Delivery
 
 
 # -- helpers ----------------------------------------------------------------
+
+
+def _fires_of(row: dict[str, Any], span: dict[str, Any]) -> Iterator[dt.datetime]:
+    """The fires a run stands for (runs/models.py Run.fires), up to the
+    span's window end: its own, or a parked job's declined ones."""
+    yield row["scheduled_at"]
+    if row["fires"] == 1 or not span["interval_seconds"]:
+        return
+    step = dt.timedelta(seconds=span["interval_seconds"])
+    k, fire = 1, row["scheduled_at"] + step
+    while (row["fires"] is None or k < row["fires"]) and fire <= span["hi"]:
+        yield fire
+        k, fire = k + 1, fire + step
 
 
 def _made_in_pause(run: dict[str, Any], span: dict[str, Any]) -> bool:

@@ -32,7 +32,7 @@ from alerts import events as alert_events
 from core.db import db_now
 from jobs import changes, history, quotas
 from jobs.models import Channel, Job, JobState
-from runs import identity, notify, planning
+from runs import identity, notify, parking, planning
 from runs.models import Reason, Run, RunKind, RunState
 
 MAX_BACKFILL = 1000
@@ -75,7 +75,14 @@ def settle_due_fires(current: Job, now: dt.datetime, *, stopping: str | None = N
     have run is recorded ``skipped`` with that reason instead: no attempt of
     a paused or deleted job may start. Fires past the recorded cap are added
     to the stored missed count. Returns the runs recorded.
+
+    A parked job (jobs/models.py Job.parked_since) is unparked first, at
+    ``now``: the fires its run made it decline until now are counted on its
+    skipped run, and its next fire is then planned like any other.
     """
+    if current.parked_since is not None:
+        current.next_fire_at = parking.unpark(current.pk, now)
+        current.parked_since = None
     if current.state != JobState.ACTIVE or current.next_fire_at is None:
         return 0
     if current.next_fire_at > now:

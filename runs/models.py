@@ -308,6 +308,22 @@ class Run(models.Model):
     # it from the job (the trigger run_owner_from_job, migration 0007).
     owner_id = models.BigIntegerField(null=True, blank=True, editable=False)
 
+    # How many of the job's fires this row stands for: 1, but for the
+    # ``skipped`` run of a parked job (jobs/models.py Job.parked_since), which
+    # stands for its first declined fire and every one after it, one interval
+    # apart, until the run it waited for ended: NULL while the job is still
+    # parked (every fire from scheduled_at on), then their count
+    # (docs/concepts/misfire-and-overlap.md "Parked while its run is active").
+    # A database default, so the set-based inserts need not name it.
+    fires = models.PositiveIntegerField(null=True, default=1, db_default=1, editable=False)
+    # This run holds its job parked since this fire (the job's
+    # parked_since): when the run ends (any finished state), the job is
+    # unparked in the same transaction (the trigger run_unparks_job,
+    # migration 0014). Set by the dispatcher's fast path (dispatch/queries.py
+    # DISPATCH_SIMPLE_INTERVALS) on the run it found active, under that run's
+    # row lock, so the run cannot end unseen in between.
+    parks_fire = models.DateTimeField(null=True, blank=True, editable=False)
+
     objects = RunQuerySet.as_manager()
 
     class Meta:
@@ -324,6 +340,14 @@ class Run(models.Model):
             # failing the write with a unique violation of that name.
         ]
         indexes = [
+            # The rows that stand for more than one fire (Run.fires, a parked
+            # job's skipped run): the auditor finds those that began before
+            # its window (ops/audit.py). Tiny: one row per parking.
+            models.Index(
+                fields=["job", "scheduled_at"],
+                condition=~Q(fires=1),
+                name="run_fire_range_idx",
+            ),
             # The worker's claim query (runs/leases.py CLAIM_WAITING): due waiting
             # webhook runs in available_at order. Only waiting rows are in it,
             # so it stays tiny however much history the table keeps.

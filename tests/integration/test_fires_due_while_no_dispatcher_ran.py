@@ -56,7 +56,11 @@ def test_fires_of_a_dispatcher_gap_read_no_dispatcher_and_a_real_overlap_reads_o
     # waiting, so the fire at 20 s is an overlap skip.
     Dispatcher().tick(now=born + 10.5 * S)
     Dispatcher().tick(now=born + 20.5 * S)
-    Run.objects.filter(job=job, state="pending").update(state="succeeded", attempt=1)
+    # The run waiting at 20 s ends at 21 s. (The job was parked at 20 s:
+    # its end unparks it, the fire at 20 s the only one it declined.)
+    Run.objects.filter(job=job, state="pending").update(
+        state="succeeded", attempt=1, finished_at=born + 21 * S
+    )
     # No dispatcher from 21 s to 100 s: the next tick finds the fires at 30
     # to 100 s. Those past the 60 s grace are missed (past grace); of those
     # within it the first runs, and the others read "no dispatcher".
@@ -107,6 +111,10 @@ def test_fires_of_a_dispatcher_gap_read_no_dispatcher_and_a_real_overlap_reads_o
 
     # The auditor reconciles them: every fire of the gap has its run, and
     # none was attempted.
-    Run.objects.filter(job=job, state="pending").update(state="succeeded", attempt=1)
+    # The run waiting at 20 s ends at 21 s. (The job was parked at 20 s:
+    # its end unparks it, the fire at 20 s the only one it declined.)
+    Run.objects.filter(job=job, state="pending").update(
+        state="succeeded", attempt=1, finished_at=born + 21 * S
+    )
     report = audit()
     assert report.ok, report.render()

@@ -99,7 +99,7 @@ def test_fires_a_verb_settles_before_changing_the_job_are_named_after_their_fire
 
 
 def test_a_pruned_fire_dispatched_then_backfilled_comes_back_with_the_same_id(owner):
-    job = due_at(make_job(owner, interval_seconds=60), T0)
+    job = due_at(make_job(owner, interval_seconds=60, overlap_policy="allow"), T0)
     for minute in range(3):
         Dispatcher().tick(now=T0 + minute * MINUTE + S)
     dispatched = ids_by_fire(job)
