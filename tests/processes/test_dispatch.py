@@ -39,32 +39,51 @@ def fires_by_job(jobs) -> dict:
 
 @pytest.mark.pooler
 def test_three_dispatchers_make_exactly_one_run_per_fire(owner, processes):
-    jobs = [make_job(owner, interval_seconds=1, name=f"every-second-{k}") for k in range(200)]
+    """150 jobs under overlap allow (a run for every fire) and 50 under skip
+    (no worker runs: each is parked at its first fire behind its waiting run,
+    docs/concepts/misfire-and-overlap.md "Parked while its run is active"),
+    three dispatchers sharing them."""
+    allow = [
+        make_job(owner, interval_seconds=1, overlap_policy="allow", name=f"every-second-{k}")
+        for k in range(150)
+    ]
+    skip = [make_job(owner, interval_seconds=1, name=f"parked-{k}") for k in range(50)]
     dispatchers = [processes.manage("dispatch", name=f"dispatch{k}") for k in range(3)]
     # However long three processes take to start on this machine: wait for a
     # dozen fires of every job, then look at all of them.
-    runs = Run.objects.filter(job__in=jobs)
+    runs = Run.objects.filter(job__in=allow)
     wait_until(
-        lambda: runs.values("job").annotate(n=Count("id")).filter(n__gte=12).count() == 200,
+        lambda: (
+            runs.values("job").annotate(n=Count("id")).filter(n__gte=12).count() == 150
+            and Job.objects.filter(pk__in=[j.pk for j in skip], parked_since__isnull=False).count()
+            == 50
+        ),
         timeout=120,
         interval=0.5,
-        message="12 fires of every job",
+        message="12 fires of every allow job, every skip job parked",
     )
     for proc in dispatchers:
         assert processes.stop(proc, signal.SIGTERM) == 0
 
-    fires = fires_by_job(jobs)
+    fires = fires_by_job(allow + skip)
     assert len(fires) == 200
-    for job in jobs:
+    for job in allow + skip:
         times = fires[job.pk]
         # No gap and no duplicate: consecutive fires are exactly one interval apart.
         assert all(b - a == S for a, b in itertools.pairwise(times)), job.name
-    # No worker runs: a fire behind a waiting run is an overlap skip. The
-    # fires that came due while the dispatchers were still starting (or
-    # a whole second behind on a busy machine) are found together, and
-    # those behind the first of them read "no dispatcher".
-    outcomes = set(Run.objects.filter(job__in=jobs).values_list("state", "reason"))
-    assert outcomes <= {("pending", ""), ("skipped", "overlap"), ("missed", "no dispatcher")}
+    outcomes = set(Run.objects.filter(job__in=allow).values_list("state", "reason"))
+    assert outcomes <= {("pending", ""), ("missed", "past grace")}
+    # Each skip job: one waiting run, then (after any fires found together
+    # at a slow start, which read "no dispatcher") one skipped run standing
+    # for every later fire, the job parked on it.
+    for job in skip:
+        rows = list(Run.objects.filter(job=job).order_by("scheduled_at"))
+        assert [r.state for r in rows].count("pending") == 1, job.name
+        *_, last = rows
+        assert (last.state, last.reason, last.fires) == ("skipped", "overlap", None)
+        assert [r.fires for r in rows[:-1]] == [1] * (len(rows) - 1)
+        job.refresh_from_db()
+        assert (job.parked_since, job.next_fire_at) == (last.scheduled_at, None)
 
 
 def test_dispatcher_outage_outcomes_follow_each_misfire_policy(owner, processes):
@@ -164,7 +183,11 @@ def test_overlap_seen_at_the_receiver(owner, processes, receiver):
 def test_a_job_whose_schedule_cannot_be_read_does_not_stop_the_dispatcher(owner, processes):
     """A zone this host's tzdata lacks, set by SQL: that job is paused, the
     dispatcher keeps running, and every other job keeps firing."""
-    good = [make_job(owner, interval_seconds=1, name=f"good-{k}") for k in range(5)]
+    # No worker runs: the interval jobs allow overlap, so each fire is a run.
+    good = [
+        make_job(owner, interval_seconds=1, overlap_policy="allow", name=f"good-{k}")
+        for k in range(5)
+    ]
     good.append(make_job(owner, cron="* * * * *", interval_seconds=None, name="good-cron"))
     bad = make_job(owner, cron="* * * * *", interval_seconds=None, name="bad-zone")
     Job.objects.filter(pk__in=[good[-1].pk, bad.pk]).update(next_fire_at=db_now())
