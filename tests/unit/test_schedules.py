@@ -38,7 +38,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -60,6 +59,39 @@ from jobs.schedules import (
     validate_interval,
     validate_timezone,
 )
+
+
+class OverBudget(Exception):
+    pass
+
+
+def steps_taken(work: Callable[[], object], budget: int, raises: type[Exception] | None = None):
+    """What ``work()`` returns (or the exception of type ``raises`` it raised)
+    and how many lines of Python it executed: a measure of the work done that,
+    unlike a stopwatch, does not depend on the machine or its load. Past
+    ``budget`` lines it stops the work and fails at once."""
+    steps = 0
+
+    def count(frame, event, arg):
+        nonlocal steps
+        if event == "line":
+            steps += 1
+            if steps > budget:
+                raise OverBudget(f"more than {budget:,} lines of Python")
+        return count
+
+    sys.settrace(count)
+    try:
+        result: object = work()
+    except OverBudget as exc:
+        pytest.fail(str(exc))
+    except Exception as exc:
+        if raises is None or not isinstance(exc, raises):
+            raise
+        result = exc
+    finally:
+        sys.settrace(None)
+    return result, steps
 
 
 def utc(iso: str) -> datetime:
@@ -316,15 +348,15 @@ def test_wall_clock_next_fire_stays_cheap() -> None:
     """The dispatcher asks for one next fire per due job per tick."""
     schedule = cron("* * * * *", "America/New_York")
     after = utc("2026-06-01T00:00:00Z")
-    started = time.perf_counter()
-    for n in range(500):
-        schedule.next_fire(after + timedelta(seconds=37 * n))
-    assert time.perf_counter() - started < 1.0
+    # About 420 lines a fire.
+    steps_taken(
+        lambda: [schedule.next_fire(after + timedelta(seconds=37 * n)) for n in range(500)],
+        budget=800_000,
+    )
     # A rare wall-clock fire, years away across several DST changes.
     leap = cron("* 12 29 2 *", "Europe/Berlin")
-    started = time.perf_counter()
-    assert iso(leap.next_fire(after)) == "2028-02-29T11:00:00Z"
-    assert time.perf_counter() - started < 0.5
+    fire, _ = steps_taken(lambda: leap.next_fire(after), budget=40_000)  # about 10,400
+    assert iso(fire) == "2028-02-29T11:00:00Z"
 
 
 # -- calendar rules ---------------------------------------------------------------
@@ -461,9 +493,8 @@ def test_never_firing_schedule_object_answers_none_quickly() -> None:
     # row exists; bypass validation the way a corrupt row would.
     schedule = cron("0 0 * * *")
     object.__setattr__(schedule, "cron", "0 0 30 2 *")
-    started = time.perf_counter()
-    assert schedule.next_fire(utc("2026-01-01T00:00:00Z")) is None
-    assert time.perf_counter() - started < 1.0
+    fire, _ = steps_taken(lambda: schedule.next_fire(utc("2026-01-01T00:00:00Z")), budget=60_000)
+    assert fire is None  # in about 17,500 lines
 
 
 # -- intervals ----------------------------------------------------------------------
@@ -528,10 +559,11 @@ def test_interval_ignores_the_time_zone_across_dst() -> None:
 def test_interval_count_is_arithmetic() -> None:
     schedule = every(1, "2026-01-01T00:00:00Z")
     year = (utc("2026-01-01T00:00:00Z"), utc("2027-01-01T00:00:00Z"))
-    started = time.perf_counter()
-    assert schedule.count_fires_between(*year) == 31_536_000
-    assert schedule.count_fires_between(*year, cap=1_000_000) == 1_000_000
-    assert time.perf_counter() - started < 0.1
+    # About 20 lines: arithmetic, not a step a fire.
+    count, _ = steps_taken(lambda: schedule.count_fires_between(*year), budget=200)
+    assert count == 31_536_000
+    count, _ = steps_taken(lambda: schedule.count_fires_between(*year, cap=1_000_000), budget=200)
+    assert count == 1_000_000
     # Half-open, and nothing before the anchor.
     ten = every(10, "2026-01-01T00:00:00Z")
     assert ten.count_fires_between(utc("2025-12-31T00:00:00Z"), utc("2026-01-01T00:00:30Z")) == 3
@@ -632,10 +664,11 @@ def test_validate_cron_messages_say_why() -> None:
 def test_validate_cron_is_fast_even_for_never_firing_expressions() -> None:
     # Expressions used nowhere else, so no cached answer helps.
     for expr in ("59 23 30 2 *", "0 12 31 2,4,6,9,11 *", "*/7 */5 31 4 *"):
-        started = time.perf_counter()
-        with pytest.raises(ScheduleError):
-            validate_cron(expr)
-        assert time.perf_counter() - started < 0.05
+        # 3,800 to 16,500 lines.
+        refused, _ = steps_taken(
+            lambda expr=expr: validate_cron(expr), budget=60_000, raises=ScheduleError
+        )
+        assert isinstance(refused, ScheduleError)
 
 
 @pytest.mark.parametrize("name", ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"])
