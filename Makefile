@@ -128,28 +128,30 @@ sql: install ## regenerate docs/reference/sql.md, every named SQL statement whol
 # (make -j2; each lane's output is printed whole when it ends):
 # - test-processes: the process tier on four pytest-xdist workers (one test
 #   database each, on one server), whose tests mostly wait on the processes
-#   they start; then the PostgreSQL restart alone, since it restarts the
-#   session's server under every connection; then, under CI=true, the
-#   process tests where a pooler changes behaviour, behind PgBouncer
-#   (test-pooler); last, the bench smoke run on PostgreSQL 15 (test-pg15-bench).
+#   they start; then, under CI=true, the process tests where a pooler changes
+#   behaviour, behind PgBouncer (test-pooler); last, the second server,
+#   PostgreSQL 15: the bench smoke run (test-pg15-bench) and the integration
+#   tier's database tests (test-pg15-tier).
 # - test-tiers: the unit, integration and browser tiers on two workers, whose
-#   tests keep the cores busy; then the integration tier on the second server,
-#   Debian's PostgreSQL 15 with JIT (test-pg15-tier).
+#   tests keep the cores busy; then the PostgreSQL restart alone, since it
+#   restarts the session's server under every connection.
+# The tiers session is the longest piece: PostgreSQL 15's tier follows the
+# shorter process tier, so that neither lane waits long for the other.
 # docs/development.md "Tests" says how long each takes and why this order.
 RESTART_TEST := tests/processes/faults/test_zz_postgres_restart.py
 test: lint types docs-build ## the whole suite: lint, types, the docs build, then pytest on PostgreSQL (migrations check included)
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory browser faketime pgbouncer postgresql15; fi
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-processes test-tiers
 
-test-tiers: install ## the unit, integration and browser tiers, then the integration tier on PostgreSQL 15
+test-tiers: install ## the unit, integration and browser tiers, then the process tier's PostgreSQL restart alone
 	$(call pytest,-q -rs -n 2 --durations=10 tests/unit tests/integration tests/browser)
-	@$(MAKE) --no-print-directory test-pg15-tier
-
-test-processes: install ## the process tier (xdist), its PostgreSQL restart alone, (CI=true) test-pooler, the bench smoke on PostgreSQL 15
-	$(call pytest,-q -rs -n 4 --dist worksteal --durations=10 tests/processes --deselect $(RESTART_TEST))
 	$(call pytest,-q -rs $(RESTART_TEST))
+
+test-processes: install ## the process tier (xdist), (CI=true) test-pooler, then PostgreSQL 15: the bench smoke and the integration tier's database tests
+	$(call pytest,-q -rs -n 4 --dist worksteal --durations=10 tests/processes --deselect $(RESTART_TEST))
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory test-pooler; fi
 	@$(MAKE) --no-print-directory test-pg15-bench
+	@$(MAKE) --no-print-directory test-pg15-tier
 
 test-fast: install ## unit and integration tests only (no OS processes, no browser)
 	$(call pytest,-q -rs -n 2 tests/unit tests/integration)
@@ -179,22 +181,23 @@ test-pooler: install ## the process tests where a pooler changes behaviour (mark
 # The second supported server, Debian's PostgreSQL 15 as its package ships it
 # (LLVM JIT on), started by the test session itself on a private socket
 # (scheduler_site/localdb.py PUNCTUAL_PG_BINDIR), no system service. It runs
-# the integration tier (every database test and tests/integration/
-# test_hot_plans.py; the stateful lifecycle test walks 125 sequences other than
-# the 500 of the first server) and a bench e2e smoke run. make test runs the
-# two in its two lanes (test-pg15-tier, test-pg15-bench). Under CI=true the
+# the integration tier's database tests (PUNCTUAL_TEST_DATABASE_ONLY: every
+# test that reaches a server, tests/integration/test_hot_plans.py among them;
+# the stateful lifecycle test walks 125 sequences other than the 500 of the
+# first server) and a bench e2e smoke run. make test runs both at the end of
+# its process lane (test-pg15-bench, test-pg15-tier). Under CI=true the
 # package is installed first and the tier is mandatory; elsewhere, without the
 # package, it is skipped with the reason.
 PG15_BINDIR := /usr/lib/postgresql/15/bin
 PG15_ENV := export PUNCTUAL_PG_BINDIR=$(PG15_BINDIR) PUNCTUAL_TEST_REQUIRE_JIT=true
 PG15_MISSING := echo "SKIPPED test-pg15: Debian's PostgreSQL 15 is not installed ($(PG15_BINDIR)/initdb);" \
 	"'apt-get install postgresql-15' (as root) or CI=true installs it"
-test-pg15: test-pg15-tier test-pg15-bench ## the integration tier and a bench e2e smoke run on Debian's PostgreSQL 15 (JIT)
+test-pg15: test-pg15-tier test-pg15-bench ## the integration tier's database tests and a bench e2e smoke run on Debian's PostgreSQL 15 (JIT)
 
-test-pg15-tier: install ## the integration tier on PostgreSQL 15 (125 other lifecycle sequences)
+test-pg15-tier: install ## the integration tier's database tests on PostgreSQL 15 (125 other lifecycle sequences)
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory postgresql15; fi
 	@if [ ! -x $(PG15_BINDIR)/initdb ]; then $(PG15_MISSING); else \
-	  $(PG15_ENV) PUNCTUAL_STATEFUL_SEEDS=500-624 && \
+	  $(PG15_ENV) PUNCTUAL_STATEFUL_SEEDS=500-624 PUNCTUAL_TEST_DATABASE_ONLY=true && \
 	  $(call pytest,-q -rs -n 2 --durations=10 tests/integration); fi
 
 test-pg15-bench: install ## the bench e2e smoke run on PostgreSQL 15

@@ -25,6 +25,35 @@ def pytest_report_header(config):
     return "database: DATABASE_URL"
 
 
+# The fixtures through which a test reaches the session's database.
+DATABASE_FIXTURES = frozenset(
+    {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
+    | {"django_db_setup", "live_server"}
+)
+
+
+def uses_the_database(item) -> bool:
+    """Whether a test reaches a PostgreSQL server: the session's database
+    (the ``django_db`` mark, or a fixture that opens it), or a server of its
+    own (the ``database_server`` mark)."""
+    if item.get_closest_marker("django_db") or item.get_closest_marker("database_server"):
+        return True
+    return bool(DATABASE_FIXTURES.intersection(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_modifyitems(config, items):
+    """``PUNCTUAL_TEST_DATABASE_ONLY=true`` (make test-pg15-tier) runs only the
+    tests that reach a server: the others (URL and address checks, the
+    OpenAPI export, logging, sign-in limits without a database...) never see
+    which server the session runs, so a second server would only repeat them."""
+    if os.environ.get("PUNCTUAL_TEST_DATABASE_ONLY") != "true":
+        return
+    kept = [item for item in items if uses_the_database(item)]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
+
+
 def pytest_unconfigure(config):
     if os.environ.get("PUNCTUAL_TEST_PG_OWNER") != str(os.getpid()):
         return  # an xdist worker, or a server this session did not start

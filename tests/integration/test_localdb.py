@@ -12,6 +12,9 @@ import pytest
 from scheduler_site import localdb
 from tests.polling import wait_until
 
+# Each test starts a server of its own, with the session's PostgreSQL binaries.
+pytestmark = pytest.mark.database_server
+
 
 def answers(url: str) -> bool:
     with psycopg.connect(url, connect_timeout=5) as conn:
