@@ -230,9 +230,15 @@ class Dispatcher:
         advanced in one statement. A full batch leaves no room for the
         planned path this tick (``more``: the next tick goes on)."""
         fast = TickResult(now=now)
-        fast.jobs, fast.created = queries.dispatch_simple_intervals(
+        fast.jobs, fast.created, backlog = queries.dispatch_simple_intervals(
             now, self.batch_size, self.shard, floor
         )
+        if backlog:
+            # Fires of a backlog held back by its first: missed, "no
+            # dispatcher", as the planned path's (_record_missed).
+            alert_events.record(
+                [alert_events.Event(job, "missed", count=n) for job, n in backlog.items()], now
+            )
         if fast.jobs >= self.batch_size:
             fast.more = True
         return fast

@@ -138,11 +138,38 @@ OVERLAP_SKIPS = """
           AND (a.state <> 'running' OR j.overlap_policy = 'skip')))
 """
 
+# Whether the job ``j`` has more than one fire due (its next one after
+# next_fire_at is due too): the dispatcher is behind it.
+SEVERAL_DUE = "(j.next_fire_at + make_interval(secs => j.interval_seconds) <= %(now)s)"
+# How many fires of the job ``j`` are due: next_fire_at and each one an
+# interval later up to now, none past its end_at.
+DUE_COUNT = """least(
+    floor(extract(epoch FROM %(now)s - j.next_fire_at) / j.interval_seconds) + 1,
+    coalesce(floor(extract(epoch FROM j.end_at - j.next_fire_at) / j.interval_seconds) + 1,
+             2147483647))::bigint"""
+# The fire after the due ones of a job behind (a backlog), or NULL past its end_at.
+AFTER_BACKLOG = f"""CASE
+    WHEN j.end_at IS NULL
+         OR j.next_fire_at + make_interval(secs => {DUE_COUNT} * j.interval_seconds) <= j.end_at
+    THEN j.next_fire_at + make_interval(secs => {DUE_COUNT} * j.interval_seconds)
+END"""
+
 # Dispatcher tick, fast path, for the commonest due job: an interval job
-# without jitter whose one due fire is within its grace. Its fire is pending,
-# or skipped by the overlap rule (written as the planned path writes it:
-# reason "overlap", finished at once). Everything else (cron, several due
-# fires, misfires, jitter) is left due for the planned path in Python.
+# without jitter whose due fires are within its grace. With one due fire,
+# its fire is pending, or skipped by the overlap rule (written as the planned
+# path writes it: reason "overlap", finished at once). With several (the
+# dispatcher is behind), only a job parked behind its active run is taken
+# here (below: the run was there before all of them, so all are overlaps, as
+# the planned path would decide), and under skip or queue a job with no run
+# in the way: its first due fire runs and the others, held back by it, are
+# ``missed`` with reason "no dispatcher" (runs/planning.py _runnable), all on
+# one row that counts them (``fires``) instead of a row each (``backlog``; a
+# job with a run already somewhere among them is left to the planned path).
+# An overloaded install finds many jobs a few intervals behind, and a row
+# for each of their fires, written in Python, was what kept it behind. The
+# other jobs with several fires due are locked but left as they are, and the
+# planned path takes them in this same tick. Everything else (cron,
+# misfires, jitter) is left due for the planned path in Python.
 # Measured on PostgreSQL this is what makes the dispatcher's cost track the
 # due work, not the table size.
 #
@@ -197,14 +224,20 @@ OVERLAP_SKIPS = """
 # are the ones the first statement read. Both aggregates read the locked
 # rows in one pass, so the n-th ctid and the n-th name are the same job's.
 LOCK_SIMPLE_INTERVALS = f"""
-    SELECT string_agg(tid, ' ') AS tids, string_agg(name, ',') AS names
+    SELECT string_agg(tid, ' ') AS tids, string_agg(name, ',') AS names,
+           string_agg(second, ',') AS seconds
     FROM (
         SELECT ctid::text AS tid,
-               {identity.FIRE_NAME_SQL.format(job="id", at="next_fire_at")} AS name
+               {identity.FIRE_NAME_SQL.format(job="id", at="next_fire_at")} AS name,
+               {
+    identity.FIRE_NAME_SQL.format(
+        job="id", at="(next_fire_at + make_interval(secs => interval_seconds))"
+    )
+}
+                   AS second
         FROM jobs_job
         WHERE state = 'active' AND next_fire_at <= %(now)s {{shard}}
           AND interval_seconds IS NOT NULL AND jitter_seconds = 0
-          AND next_fire_at + make_interval(secs => interval_seconds) > %(now)s
           AND next_fire_at >= %(now)s - make_interval(secs => misfire_grace_seconds)
         ORDER BY next_fire_at
         LIMIT %(limit)s
@@ -214,10 +247,23 @@ LOCK_SIMPLE_INTERVALS = f"""
 DISPATCH_SIMPLE_INTERVALS = f"""
     WITH due AS (
         SELECT j.id, f.run_id, j.next_fire_at, j.interval_seconds, j.overlap_policy,
-               j.max_attempts, j.target_kind, j.owner_id, {OVERLAP_SKIPS} AS skipped
+               j.max_attempts, j.target_kind, j.owner_id, {OVERLAP_SKIPS} AS skipped,
+               {SEVERAL_DUE} AS several, f.second_id, {DUE_COUNT} AS due_count
         FROM unnest(string_to_array(%(tids)s, ' ')::tid[],
-                    string_to_array(%(run_ids)s, ',')::uuid[]) AS f(tid, run_id)
+                    string_to_array(%(run_ids)s, ',')::uuid[],
+                    string_to_array(%(second_ids)s, ',')::uuid[]) AS f(tid, run_id, second_id)
         JOIN jobs_job AS j ON j.ctid = f.tid
+    ), backlog AS (
+        SELECT due.id FROM due
+        WHERE due.several AND NOT due.skipped AND due.overlap_policy IN ('skip', 'queue')
+          AND NOT EXISTS (
+              SELECT 1 FROM runs_run AS x
+              WHERE x.job_id = due.id AND x.scheduled_at > due.next_fire_at
+                -- A bound the planner can prune the days with: these fires
+                -- are within the job's grace, which is a day at most.
+                AND x.scheduled_at >= %(now)s - interval '1 day'
+                AND x.scheduled_at < due.next_fire_at
+                    + make_interval(secs => due.due_count * due.interval_seconds))
     ), holders AS (
         SELECT a.id, a.scheduled_at, a.job_id
         FROM due JOIN runs_run AS a ON a.job_id = due.id
@@ -235,6 +281,15 @@ DISPATCH_SIMPLE_INTERVALS = f"""
                due.target_kind, due.overlap_policy <> 'allow', due.owner_id,
                CASE WHEN due.id IN (SELECT job_id FROM holders) THEN NULL ELSE 1 END
         FROM due
+        WHERE NOT due.several OR due.id IN (SELECT job_id FROM holders)
+           OR due.id IN (SELECT id FROM backlog)
+        UNION ALL
+        SELECT due.second_id, due.id,
+               due.next_fire_at + make_interval(secs => due.interval_seconds), 'scheduled',
+               'missed', 'no dispatcher', 0, due.max_attempts, NULL, '', %(now)s, %(now)s, '',
+               due.target_kind, due.overlap_policy <> 'allow', due.owner_id, due.due_count - 1
+        FROM due
+        WHERE due.id IN (SELECT id FROM backlog)
         ON CONFLICT (job_id, scheduled_at) DO NOTHING
         RETURNING job_id, state, fires
     ), parked AS (
@@ -248,18 +303,23 @@ DISPATCH_SIMPLE_INTERVALS = f"""
         UPDATE jobs_job AS j
         SET next_fire_at = CASE
                 WHEN j.id IN (SELECT id FROM parked) THEN NULL
+                WHEN j.id IN (SELECT id FROM backlog) THEN {AFTER_BACKLOG}
                 WHEN j.end_at IS NULL
                      OR j.next_fire_at + make_interval(secs => j.interval_seconds) <= j.end_at
                 THEN j.next_fire_at + make_interval(secs => j.interval_seconds)
             END,
             parked_since = CASE WHEN j.id IN (SELECT id FROM parked) THEN j.next_fire_at END
         WHERE j.ctid = ANY(string_to_array(%(tids)s, ' ')::tid[])
+          AND (NOT {SEVERAL_DUE} OR j.id IN (SELECT id FROM parked)
+               OR j.id IN (SELECT id FROM backlog))
         RETURNING 1
     )
     SELECT (SELECT count(*) FROM adv) AS jobs,
            (SELECT count(*) FROM ins WHERE state = 'pending') AS pending,
            (SELECT count(*) FROM ins WHERE state = 'skipped') AS skipped,
-           (SELECT count(*) FROM parked) AS parked
+           (SELECT count(*) FROM ins WHERE state = 'missed') AS missed,
+           (SELECT string_agg(job_id || ':' || fires, ',') FROM ins WHERE state = 'missed')
+               AS missed_fires
 """
 
 # Dispatcher loop and the lag sample: the earliest next fire (uses job_due_idx).
@@ -302,23 +362,35 @@ def lock_due_jobs(
 
 def dispatch_simple_intervals(
     now: dt.datetime, limit: int, shard: tuple[int, int] | None = None, floor: dt.datetime = EPOCH
-) -> tuple[int, dict[str, int]]:
-    """The SQL fast path: returns (jobs advanced, runs created by state).
+) -> tuple[int, dict[str, int], dict[uuid.UUID, int]]:
+    """The SQL fast path: returns (jobs advanced, runs created by state, the
+    fires each job behind recorded ``missed``, "no dispatcher").
     ``floor``: the tick's active floor (the default bounds nothing)."""
     params: dict = {"now": now, "limit": limit}
     with connection.cursor() as cur:
         cur.execute(LOCK_SIMPLE_INTERVALS.format(shard=_shard(params, shard)), params)
-        tids, names = cur.fetchone()
+        tids, names, seconds = cur.fetchone()
         if tids is None:
-            return 0, {}
+            return 0, {}, {}
         run_ids = ",".join(identity.ids_for_names(names.split(",")))
+        second_ids = ",".join(identity.ids_for_names(seconds.split(",")))
         cur.execute(
             DISPATCH_SIMPLE_INTERVALS,
-            {"now": now, "tids": tids, "run_ids": run_ids, "floor": floor},
+            {
+                "now": now,
+                "tids": tids,
+                "run_ids": run_ids,
+                "second_ids": second_ids,
+                "floor": floor,
+            },
         )
-        jobs, pending, skipped, _parked = cur.fetchone()
-    created = {"pending": pending, "skipped": skipped}
-    return jobs, {state: n for state, n in created.items() if n}
+        jobs, pending, skipped, missed, missed_fires = cur.fetchone()
+    created = {"pending": pending, "skipped": skipped, "missed": missed}
+    backlog = {
+        uuid.UUID(job): int(fires)
+        for job, fires in (item.split(":") for item in (missed_fires or "").split(",") if item)
+    }
+    return jobs, {state: n for state, n in created.items() if n}, backlog
 
 
 def active_counts(

@@ -220,6 +220,22 @@ def test_a_test_alert_is_sent_by_the_alert_loop(owner):
         assert "to the channel ops" in body["message"]
 
 
+def test_a_backlog_s_fires_held_back_by_its_first_are_one_missed_alert(owner):
+    """The fast path's backlog (dispatch/queries.py DISPATCH_SIMPLE_INTERVALS):
+    within the grace, the first fire runs and the others are missed, one
+    row and one alert counting them."""
+    from dispatch.dispatcher import Dispatcher
+    from tests.factories import at, rewrite_job
+
+    t0 = at("2026-06-01T12:00:00")
+    channel(owner, "json://93.184.216.34/alerts")
+    job = make_job(owner, name="behind", interval_seconds=10, misfire_grace_seconds=60)
+    rewrite_job(job, next_fire_at=t0, created_at=t0, start_at=t0)
+    Dispatcher().tick(now=t0 + dt.timedelta(seconds=41))
+    alert = Alert.objects.get(job=job)
+    assert (alert.kind, alert.count) == ("missed", 4)
+
+
 @override_settings(PUNCTUAL_ALERT_QUIET_SECONDS=900)
 def test_fires_missed_in_an_outage_are_one_alert_with_how_many(owner):
     from dispatch.dispatcher import Dispatcher

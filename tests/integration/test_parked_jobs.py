@@ -266,3 +266,67 @@ def test_a_run_whose_end_was_stamped_before_the_parking_still_counts_its_first_f
     job.refresh_from_db()
     assert (job.next_fire_at, job.parked_since) == (T0 + 2 * STEP, None)
     assert runs_of(job)[1].fires == 1
+
+
+def test_a_dispatcher_behind_a_job_with_an_active_run_parks_it_under_one_row(owner):
+    """Several fires due at once (the dispatcher is behind), all within the
+    grace, behind a run that was already active: all are overlaps, as the
+    planned path would decide, and one row stands for them and the later
+    ones. Without an active run the planned path takes the job."""
+    job, _held = parked_job(owner)
+    claimed_and_completed(job, T0 + 12 * S)  # unparked: its next fire T0+20
+    busy = ten_second_job(owner)
+    Dispatcher().tick(now=T0 + S)
+    Dispatcher().tick(now=T0 + 4 * STEP + S)  # T0+10 .. T0+40 due
+    rows = runs_of(busy)
+    assert [(r.scheduled_at, r.state, r.fires) for r in rows] == [
+        (T0, "pending", 1),
+        (T0 + STEP, "skipped", None),
+    ]
+    busy.refresh_from_db()
+    assert (busy.parked_since, busy.next_fire_at) == (T0 + STEP, None)
+    # The first job, three fires due and no run in the way: the first runs,
+    # the others are held back by it (missed, "no dispatcher"), on one row.
+    assert [(r.scheduled_at, r.state, r.reason, r.fires) for r in runs_of(job)[2:]] == [
+        (T0 + 2 * STEP, "pending", "", 1),
+        (T0 + 3 * STEP, "missed", "no dispatcher", 2),
+    ]
+    job.refresh_from_db()
+    assert job.next_fire_at == T0 + 5 * STEP
+    report = audit(now=T0 + 4 * STEP + 2 * S)
+    assert {v.rule for v in report.violations} <= {"no worker"}, report.render()
+    assert report.counts["slots"] == report.counts["slots_run"] == 10
+
+
+def test_a_backlog_with_a_run_among_its_fires_is_left_to_the_planned_path(owner):
+    """A backfill made a run at one of the backlog's fires: one row could not
+    stand for the others, so the planned path gives each its own."""
+    job = ten_second_job(owner, overlap_policy="queue")
+    Run.objects.create(
+        job=job,
+        scheduled_at=T0 + 2 * STEP,
+        kind="backfill",
+        state="succeeded",
+        target_kind=job.target_kind,
+        exclusive=True,
+    )
+    Dispatcher().tick(now=T0 + 3 * STEP + S)
+    assert [(r.scheduled_at, r.state, r.fires) for r in runs_of(job)] == [
+        (T0, "pending", 1),
+        (T0 + STEP, "missed", 1),
+        (T0 + 2 * STEP, "succeeded", 1),
+        (T0 + 3 * STEP, "missed", 1),
+    ]
+
+
+def test_a_backlog_stops_at_the_end_of_its_job(owner):
+    job = ten_second_job(owner)
+    rewrite_job(job, end_at=T0 + 25 * S)
+    # One job planned, by the fast path alone: it finishes the job itself.
+    assert Dispatcher().tick(now=T0 + 5 * STEP + S).jobs == 1
+    assert [(r.scheduled_at, r.state, r.fires) for r in runs_of(job)] == [
+        (T0, "pending", 1),
+        (T0 + STEP, "missed", 2),
+    ]
+    job.refresh_from_db()
+    assert job.next_fire_at is None and job.status == JobStatus.FINISHED

@@ -50,7 +50,7 @@ def prune(job: Job, before: dt.datetime) -> None:
 
 def test_the_fast_path_names_each_run_after_its_fire(owner):
     jobs = [due_at(make_job(owner, interval_seconds=60), T0 + n * S) for n in range(5)]
-    assert queries.dispatch_simple_intervals(T0 + 10 * S, limit=100) == (5, {"pending": 5})
+    assert queries.dispatch_simple_intervals(T0 + 10 * S, limit=100) == (5, {"pending": 5}, {})
     for job in jobs:
         assert_fire_ids(job)
 
