@@ -189,7 +189,7 @@ END"""
 # sets the next one. Under overload nearly every job has a run waiting, and
 # a row and a job update for each of their fires was the work that made an
 # install deliver less past its peak than at it; parked, they cost nothing
-# until their run ends. ``holders`` locks the active runs SKIP LOCKED, so
+# until their run ends. HOLD_ACTIVE_RUNS locks the active runs SKIP LOCKED, so
 # that a run cannot end unseen between this statement's read and its commit
 # (the run's end waits for the mark and sees it); a run locked by someone
 # else (its claim, a heartbeat, its completion) is not waited for: the fire
@@ -200,8 +200,9 @@ END"""
 # A job with an end_at takes this path too: its next fire is NULL (the job
 # is finished) once the one after this would be past end_at.
 #
-# Two statements, set-based, because run ids are uuid5 of the fire
-# (runs/identity.py) and PostgreSQL cannot hash them without extensions:
+# Two statements (and HOLD_ACTIVE_RUNS between them), set-based, because
+# run ids are uuid5 of the fire (runs/identity.py) and PostgreSQL cannot hash
+# them without extensions:
 # LOCK_SIMPLE_INTERVALS locks the due jobs and returns each fire's name,
 # formatted by PostgreSQL so that Python parses no timestamps; Python hashes
 # the names; DISPATCH_SIMPLE_INTERVALS inserts the runs and advances the jobs.
@@ -225,9 +226,10 @@ END"""
 # rows in one pass, so the n-th ctid and the n-th name are the same job's.
 LOCK_SIMPLE_INTERVALS = f"""
     SELECT string_agg(tid, ' ') AS tids, string_agg(name, ',') AS names,
-           string_agg(second, ',') AS seconds
+           string_agg(second, ',') AS seconds, string_agg(skip, ',') AS skips
     FROM (
         SELECT ctid::text AS tid,
+               CASE WHEN overlap_policy = 'skip' THEN id::text END AS skip,
                {identity.FIRE_NAME_SQL.format(job="id", at="next_fire_at")} AS name,
                {
     identity.FIRE_NAME_SQL.format(
@@ -243,6 +245,22 @@ LOCK_SIMPLE_INTERVALS = f"""
         LIMIT %(limit)s
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS locked
+"""
+# Between the two: the active runs of the locked jobs under overlap skip,
+# locked (the jobs whose fire their run declines, the parkings' holders:
+# DISPATCH_SIMPLE_INTERVALS), each as "id/scheduled_at/job". A statement of
+# its own, on one table: SKIP LOCKED re-checks a row another transaction
+# changed meanwhile (EvalPlanQual), which inside the data-modifying
+# statement below crashed PostgreSQL 18.6's backend under load.
+HOLD_ACTIVE_RUNS = """
+    SELECT string_agg(a.id::text || '/' || a.scheduled_at::text || '/' || a.job_id::text, ',')
+               AS holders
+    FROM (
+        SELECT a.id, a.scheduled_at, a.job_id FROM runs_run AS a
+        WHERE a.job_id = ANY(string_to_array(%(skips)s, ',')::uuid[])
+          AND a.state IN ('pending', 'running', 'retrying') AND a.scheduled_at >= %(floor)s
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS a
 """
 DISPATCH_SIMPLE_INTERVALS = f"""
     WITH due AS (
@@ -265,11 +283,9 @@ DISPATCH_SIMPLE_INTERVALS = f"""
                 AND x.scheduled_at < due.next_fire_at
                     + make_interval(secs => due.due_count * due.interval_seconds))
     ), holders AS (
-        SELECT a.id, a.scheduled_at, a.job_id
-        FROM due JOIN runs_run AS a ON a.job_id = due.id
-        WHERE due.skipped AND due.overlap_policy = 'skip'
-          AND a.state IN ('pending', 'running', 'retrying') AND a.scheduled_at >= %(floor)s
-        FOR NO KEY UPDATE OF a SKIP LOCKED
+        SELECT split_part(h, '/', 1)::uuid AS id, split_part(h, '/', 2)::timestamptz
+                   AS scheduled_at, split_part(h, '/', 3)::uuid AS job_id
+        FROM unnest(string_to_array(%(holders)s, ',')) AS h
     ), ins AS (
         INSERT INTO runs_run ({RUN_COLUMNS_SQL}, fires)
         SELECT due.run_id, due.id, due.next_fire_at, 'scheduled',
@@ -369,9 +385,13 @@ def dispatch_simple_intervals(
     params: dict = {"now": now, "limit": limit}
     with connection.cursor() as cur:
         cur.execute(LOCK_SIMPLE_INTERVALS.format(shard=_shard(params, shard)), params)
-        tids, names, seconds = cur.fetchone()
+        tids, names, seconds, skips = cur.fetchone()
         if tids is None:
             return 0, {}, {}
+        holders = None
+        if skips:
+            cur.execute(HOLD_ACTIVE_RUNS, {"skips": skips, "floor": floor})
+            holders = cur.fetchone()[0]
         run_ids = ",".join(identity.ids_for_names(names.split(",")))
         second_ids = ",".join(identity.ids_for_names(seconds.split(",")))
         cur.execute(
@@ -381,6 +401,7 @@ def dispatch_simple_intervals(
                 "tids": tids,
                 "run_ids": run_ids,
                 "second_ids": second_ids,
+                "holders": holders or "",
                 "floor": floor,
             },
         )
