@@ -183,15 +183,14 @@ END"""
 # active"): a fire of an overlap ``skip`` job declined because its run is
 # still active parks the job instead of stepping it one interval. Its skipped
 # row stands for every fire from there on (``fires`` NULL), the job leaves
-# the due set (next_fire_at NULL, parked_since the fire), and the active runs
-# (``holders``) are marked with ``parks_fire``; when a marked run ends, the
-# trigger run_unparks_job (runs/migrations/0014) counts the fires declined and
-# sets the next one. Under overload nearly every job has a run waiting, and
+# the due set (next_fire_at NULL, parked_since the fire); when one of its
+# runs ends, the trigger run_unparks_job (runs/migrations/0014) counts the
+# fires declined and sets the next one. Under overload nearly every job has a run waiting, and
 # a row and a job update for each of their fires was the work that made an
 # install deliver less past its peak than at it; parked, they cost nothing
 # until their run ends. HOLD_ACTIVE_RUNS locks the active runs SKIP LOCKED, so
 # that a run cannot end unseen between this statement's read and its commit
-# (the run's end waits for the mark and sees it); a run locked by someone
+# (the run's end waits for this commit and finds the job parked); a run locked by someone
 # else (its claim, a heartbeat, its completion) is not waited for: the fire
 # is then skipped as before, one row, and the job steps on. The skipped row
 # goes in first and the job parks only if it did (ON CONFLICT: a fire that
@@ -310,11 +309,6 @@ DISPATCH_SIMPLE_INTERVALS = f"""
         RETURNING job_id, state, fires
     ), parked AS (
         SELECT job_id AS id FROM ins WHERE fires IS NULL
-    ), marked AS (
-        UPDATE runs_run AS r SET parks_fire = due.next_fire_at
-        FROM holders JOIN parked ON parked.id = holders.job_id JOIN due ON due.id = parked.id
-        WHERE r.id = holders.id AND r.scheduled_at = holders.scheduled_at
-          AND r.scheduled_at >= %(floor)s
     ), adv AS (
         UPDATE jobs_job AS j
         SET next_fire_at = CASE

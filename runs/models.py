@@ -316,13 +316,6 @@ class Run(models.Model):
     # (docs/concepts/misfire-and-overlap.md "Parked while its run is active").
     # A database default, so the set-based inserts need not name it.
     fires = models.PositiveIntegerField(null=True, default=1, db_default=1, editable=False)
-    # This run holds its job parked since this fire (the job's
-    # parked_since): when the run ends (any finished state), the job is
-    # unparked in the same transaction (the trigger run_unparks_job,
-    # migration 0014). Set by the dispatcher's fast path (dispatch/queries.py
-    # DISPATCH_SIMPLE_INTERVALS) on the run it found active, under that run's
-    # row lock, so the run cannot end unseen in between.
-    parks_fire = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = RunQuerySet.as_manager()
 

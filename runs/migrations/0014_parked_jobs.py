@@ -5,27 +5,31 @@ An interval job under overlap ``skip`` whose fire comes due while its run is
 still active is parked by the dispatcher's fast path (dispatch/queries.py
 DISPATCH_SIMPLE_INTERVALS): one ``skipped`` run for that fire, with
 ``fires`` NULL (it stands for every fire from there on), the job's
-``next_fire_at`` NULL and its ``parked_since`` that fire, and the active run
-marked with ``parks_fire``. Until the run ends, no fire of the job costs a
-row or a tick: under overload, where nearly every job has a run waiting, the
-dispatcher's work follows the runs delivered, not the fires offered.
+``next_fire_at`` NULL and its ``parked_since`` that fire. The dispatcher
+holds the job's active runs under their row lock until it commits (SKIP
+LOCKED: it never waits for one), so a run cannot end unseen in between: its
+end waits for the parking's commit, and then finds the job parked. Until one
+of its runs ends, no fire of the job costs a row or a tick: under overload,
+where nearly every job has a run waiting, the dispatcher's work follows the
+runs delivered, not the fires offered.
 
 ``jobs_unpark(job, upto)`` ends a parking: the fires declined are the first
 one and each one an interval later before ``upto`` (at least the first, none
 past ``end_at``); their count goes on the skipped run, and the job's next
 fire is the first one from ``upto`` on (NULL past ``end_at``: the job is
-finished). A job that is not parked is left alone. The owner verbs call it
-too (runs/job_verbs.py settle_due_fires). A marked run whose parking a verb
-already ended may end a later parking of its job early: its next fire is
-then declined and parks it again, with every fire still counted.
+finished). A job that is not parked is left alone (one probe of its key).
+The owner verbs call it too (runs/job_verbs.py settle_due_fires).
 
-The trigger ``run_unparks_job`` calls it when a marked run leaves the active
-states, in that transaction, whatever ends it: a completion, a lease that
-expired on the last attempt, a pause's or delete's cancel, an owner's
-cancel. It fires only on ``UPDATE OF state`` of a marked run, so the other
-runs' completions pay for its ``WHEN`` test alone.
+The trigger ``run_unparks_job`` calls it when a run of an exclusive job
+(overlap skip or queue) leaves the active states, in that transaction,
+whatever ends it: a completion, a lease that expired on the last attempt, a
+pause's or delete's cancel, an owner's cancel. Any run of the job ending
+unparks it (a manual run that ends while the scheduled one still waits
+too): its next fire is then declined and parks it again, every fire still
+counted. It fires only on ``UPDATE OF state``, so a claim or a heartbeat
+pays for its ``WHEN`` test alone.
 
-All three columns are catalogue changes on the partitioned table (a constant
+Both columns are catalogue changes on the partitioned table (a constant
 default, NULL), with no rewrite. The partial index holds only the rows that
 stand for more than one fire.
 """
@@ -34,7 +38,13 @@ from django.db import migrations, models
 
 UNPARK = """
 CREATE FUNCTION jobs_unpark(job uuid, upto timestamptz)
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS void LANGUAGE plpgsql
+-- Planned once per session: a custom plan of its runs_run UPDATE (the
+-- choice PL/pgSQL's plan cache makes for a partitioned table, whose generic
+-- plan looks dearer) would be planned on every completion; the generic one
+-- finds the day's partition at run time.
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
     j record;
     declined bigint;
@@ -80,7 +90,7 @@ $$;
 
 CREATE TRIGGER run_unparks_job
     AFTER UPDATE OF state ON runs_run FOR EACH ROW
-    WHEN (OLD.parks_fire IS NOT NULL
+    WHEN (OLD.exclusive
           AND OLD.state IN ('pending', 'running', 'retrying')
           AND NEW.state NOT IN ('pending', 'running', 'retrying'))
     EXECUTE FUNCTION runs_unpark_job();
@@ -104,11 +114,6 @@ class Migration(migrations.Migration):
             model_name="run",
             name="fires",
             field=models.PositiveIntegerField(db_default=1, default=1, editable=False, null=True),
-        ),
-        migrations.AddField(
-            model_name="run",
-            name="parks_fire",
-            field=models.DateTimeField(blank=True, editable=False, null=True),
         ),
         migrations.AddIndex(
             model_name="run",

@@ -2,9 +2,9 @@
 "Parked while its run is active"): two live connections, the interleavings
 forced with row locks and events, never with sleeps.
 
-The fast path marks the active run under its row lock (FOR NO KEY UPDATE
+The fast path holds the active run under its row lock (FOR NO KEY UPDATE
 SKIP LOCKED), so the run cannot end unseen between the tick's read and its
-commit: either the run's end waits for the mark and unparks the job, or the
+commit: either the run's end waits for the parking and unparks the job, or the
 tick finds the run locked by its end, does not wait for it, and does not
 park.
 """
@@ -54,10 +54,10 @@ def test_a_run_that_ends_while_the_tick_parks_its_job_unparks_it(owner):
         Dispatcher().tick(now=T0 + STEP + S)
         other = races.start(lambda: complete(job, claimed, T0 + 25 * S))
         races.wait_until_blocked_or_done(other, "the completion")
-        assert other.is_alive(), "the completion did not wait for the mark's row lock"
+        assert other.is_alive(), "the completion did not wait for the tick's row lock"
     other.result()
     job.refresh_from_db()
-    # The completion saw the committed mark: the job is unparked.
+    # The completion saw the committed parking: the job is unparked.
     assert (job.parked_since, job.next_fire_at) == (None, T0 + 3 * STEP)
     assert Run.objects.get(job=job, scheduled_at=T0 + STEP).fires == 2
 
@@ -88,4 +88,3 @@ def test_a_tick_does_not_wait_for_a_run_that_is_ending_and_does_not_park(owner):
     job.refresh_from_db()
     assert (job.parked_since, job.next_fire_at) == (None, T0 + 2 * STEP)
     assert Run.objects.get(job=job, scheduled_at=T0 + STEP).fires == 1
-    assert Run.objects.get(pk=claimed.run_id).parks_fire is None
