@@ -75,7 +75,9 @@ def test_fires_of_a_stopped_dispatcher_read_no_dispatcher_and_overlaps_overlap(
     # Every fire since the stop, up to the recovery tick, within the grace.
     assert recovery[0].scheduled_at == owed
     assert owed - last_before >= dt.timedelta(seconds=1)
-    assert len(recovery) >= 5
+    # The held-back fires may share one row that counts them (runs/models.py
+    # Run.fires): the dispatcher's fast path writes a backlog so.
+    assert sum(r.fires for r in recovery) >= 5
     assert recovery[0].state in ("pending", "running", "succeeded")
     assert [(r.state, r.reason) for r in recovery[1:]] == [("missed", "no dispatcher")] * (
         len(recovery) - 1

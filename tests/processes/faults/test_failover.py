@@ -147,12 +147,19 @@ class Pair:
         ) as conn:
             return conn.execute(sql, params).fetchall()
 
-    def replayed_all_received(self) -> bool:
-        """The standby has applied every WAL record it received: what it
-        shows is what a promotion would start from (a promotion first
-        replays whatever was received)."""
-        sql = "SELECT pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn()"
-        return self.on_standby(sql)[0][0] is True
+    def replay_settled(self) -> bool:
+        """The standby's replay has stopped moving: it applied what it
+        received (a promotion first replays whatever was received). Not
+        "replay >= receive": a primary killed mid-stream can leave a partial
+        record received that is never replayed. Settled: the same replay
+        position at two polls at least a second apart."""
+        lsn = self.on_standby("SELECT pg_last_wal_replay_lsn()::text")[0][0]
+        now = time.monotonic()
+        seen = getattr(self, "_replay_seen", None)
+        if seen is None or seen[0] != lsn:
+            self._replay_seen = (lsn, now)
+            return False
+        return now - seen[1] >= 1.0
 
     def pooler(self) -> pooler.PgBouncer:
         """A PgBouncer in transaction mode in front of the primary."""
@@ -375,10 +382,10 @@ def _scenario(
         # What the standby will be promoted with: none of the fires made
         # after the freeze.
         wait_until(
-            pair.replayed_all_received,
+            pair.replay_settled,
             timeout=60,
             interval=0.2,
-            message="the standby to replay what it received",
+            message="the standby's replay to settle",
         )
         reached = pair.on_standby(
             "SELECT id::text FROM runs_run WHERE id = ANY(%s::uuid[])", [sorted(beyond_standby)]
