@@ -247,13 +247,12 @@ LOCK_SIMPLE_INTERVALS = f"""
 """
 # Between the two: the active runs of the locked jobs under overlap skip,
 # locked (the jobs whose fire their run declines, the parkings' holders:
-# DISPATCH_SIMPLE_INTERVALS), each as "id/scheduled_at/job". A statement of
+# DISPATCH_SIMPLE_INTERVALS): their jobs' ids. A statement of
 # its own, on one table: SKIP LOCKED re-checks a row another transaction
 # changed meanwhile (EvalPlanQual), which inside the data-modifying
 # statement below crashed PostgreSQL 18.6's backend under load.
 HOLD_ACTIVE_RUNS = """
-    SELECT string_agg(a.id::text || '/' || a.scheduled_at::text || '/' || a.job_id::text, ',')
-               AS holders
+    SELECT string_agg(DISTINCT a.job_id::text, ',') AS holders
     FROM (
         SELECT a.id, a.scheduled_at, a.job_id FROM runs_run AS a
         WHERE a.job_id = ANY(string_to_array(%(skips)s, ',')::uuid[])
@@ -282,9 +281,7 @@ DISPATCH_SIMPLE_INTERVALS = f"""
                 AND x.scheduled_at < due.next_fire_at
                     + make_interval(secs => due.due_count * due.interval_seconds))
     ), holders AS (
-        SELECT split_part(h, '/', 1)::uuid AS id, split_part(h, '/', 2)::timestamptz
-                   AS scheduled_at, split_part(h, '/', 3)::uuid AS job_id
-        FROM unnest(string_to_array(%(holders)s, ',')) AS h
+        SELECT unnest(string_to_array(%(holders)s, ','))::uuid AS job_id
     ), ins AS (
         INSERT INTO runs_run ({RUN_COLUMNS_SQL}, fires)
         SELECT due.run_id, due.id, due.next_fire_at, 'scheduled',
