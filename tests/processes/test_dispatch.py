@@ -68,7 +68,10 @@ def test_three_dispatchers_make_exactly_one_run_per_fire(owner, processes):
     fires = fires_by_job(allow + skip)
     assert len(fires) == 200
     for job in allow + skip:
-        times = fires[job.pk]
+        # A row may count several fires (a backlog's held-back ones, found
+        # together at a slow start): each stands for its own and those after.
+        counts = dict(Run.objects.filter(job=job).values_list("scheduled_at", "fires"))
+        times = [at + k * S for at in fires[job.pk] for k in range(counts[at] or 1)]
         # No gap and no duplicate: consecutive fires are exactly one interval apart.
         assert all(b - a == S for a, b in itertools.pairwise(times)), job.name
     outcomes = set(Run.objects.filter(job__in=allow).values_list("state", "reason"))
@@ -81,7 +84,7 @@ def test_three_dispatchers_make_exactly_one_run_per_fire(owner, processes):
         assert [r.state for r in rows].count("pending") == 1, job.name
         *_, last = rows
         assert (last.state, last.reason, last.fires) == ("skipped", "overlap", None)
-        assert [r.fires for r in rows[:-1]] == [1] * (len(rows) - 1)
+        assert all(r.fires for r in rows[:-1])
         job.refresh_from_db()
         assert (job.parked_since, job.next_fire_at) == (last.scheduled_at, None)
 
