@@ -499,7 +499,8 @@ class JobSerializer(ScheduleFieldsMixin, StrictSerializer):
         allow_null=True,
         help_text=(
             "Set while the job is parked: an interval job under overlap `skip` whose run"
-            " was still active when this fire came due. Its fires from here on are skipped"
+            " was still active when the dispatcher, behind, found this fire and the next"
+            " due at once. Its fires from here on are skipped"
             " (one skipped run stands for them all, its `fires` counting them) until that"
             " run ends; its next fire is then the first one from the run's end on."
         ),

@@ -180,21 +180,28 @@ END"""
 # in Python.
 #
 # Parking (docs/concepts/misfire-and-overlap.md "Parked while its run is
-# active"): a fire of an overlap ``skip`` job declined because its run is
-# still active parks the job instead of stepping it one interval. Its skipped
-# row stands for every fire from there on (``fires`` NULL), the job leaves
-# the due set (next_fire_at NULL, parked_since the fire); when one of its
-# runs ends, the trigger run_unparks_job (runs/migrations/0014) counts the
-# fires declined and sets the next one. Under overload nearly every job has a run waiting, and
-# a row and a job update for each of their fires was the work that made an
-# install deliver less past its peak than at it; parked, they cost nothing
-# until their run ends. HOLD_ACTIVE_RUNS locks the active runs SKIP LOCKED, so
+# active"): when the dispatcher is behind an overlap ``skip`` job (several
+# of its fires due at once) whose run is still active, the job is parked
+# instead of stepped. Its skipped row stands for every fire from there on
+# (``fires`` NULL), the job leaves the due set (next_fire_at NULL,
+# parked_since the fire); when one of its runs ends, the trigger
+# run_unparks_job (runs/migrations/0014) counts the fires declined and sets
+# the next one. A dispatcher that keeps up does not park: a fire declined by
+# the active run is one skipped row and the job steps on. Measured
+# (docs/benchmarks.md "Overload"), a parking and its end (the held run's
+# lock, the trigger's locked read and two updates) cost PostgreSQL more than
+# the one to three rows it saves per run past the peak: parking each job at
+# its first declined fire made an install deliver less past its peak than
+# at it. An install far past its peak falls behind most jobs, and there
+# parking keeps the dispatcher's work at a few rows per delivery, however
+# many fires each run declines. HOLD_ACTIVE_RUNS locks the active runs SKIP LOCKED, so
 # that a run cannot end unseen between this statement's read and its commit
-# (the run's end waits for this commit and finds the job parked); a run locked by someone
-# else (its claim, a heartbeat, its completion) is not waited for: the fire
-# is then skipped as before, one row, and the job steps on. The skipped row
-# goes in first and the job parks only if it did (ON CONFLICT: a fire that
-# already had a row, a backfill's say, is not a parking's first fire).
+# (the run's end waits for this commit and finds the job parked); a run
+# locked by someone else (its claim, a heartbeat, its completion) is not
+# waited for: the job is then left to the planned path, which skips its
+# fires a row each. The skipped row goes in first and the job parks only if
+# it did (ON CONFLICT: a fire that already had a row, a backfill's say, is
+# not a parking's first fire).
 #
 # A job with an end_at takes this path too: its next fire is NULL (the job
 # is finished) once the one after this would be past end_at.
@@ -228,7 +235,9 @@ LOCK_SIMPLE_INTERVALS = f"""
            string_agg(second, ',') AS seconds, string_agg(skip, ',') AS skips
     FROM (
         SELECT ctid::text AS tid,
-               CASE WHEN overlap_policy = 'skip' THEN id::text END AS skip,
+               CASE WHEN overlap_policy = 'skip'
+                         AND next_fire_at + make_interval(secs => interval_seconds) <= %(now)s
+                    THEN id::text END AS skip,
                {identity.FIRE_NAME_SQL.format(job="id", at="next_fire_at")} AS name,
                {
     identity.FIRE_NAME_SQL.format(
@@ -245,10 +254,10 @@ LOCK_SIMPLE_INTERVALS = f"""
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS locked
 """
-# Between the two: the active runs of the locked jobs under overlap skip,
-# locked (the jobs whose fire their run declines, the parkings' holders:
-# DISPATCH_SIMPLE_INTERVALS): their jobs' ids. A statement of
-# its own, on one table: SKIP LOCKED re-checks a row another transaction
+# Between the two: the active runs of the locked jobs under overlap skip
+# with several fires due, locked (the jobs whose fires their run declines,
+# the parkings' holders: DISPATCH_SIMPLE_INTERVALS): their jobs' ids. A
+# statement of its own, on one table: SKIP LOCKED re-checks a row another transaction
 # changed meanwhile (EvalPlanQual), which inside the data-modifying
 # statement below crashed PostgreSQL 18.6's backend under load.
 HOLD_ACTIVE_RUNS = """

@@ -1,8 +1,10 @@
 """Parked jobs (docs/concepts/misfire-and-overlap.md "Parked while its run is
-active"), on a real database: the dispatcher's fast path parks an interval
-job under overlap ``skip`` whose run is still active, with one skipped row
-for all the fires it declines, and the end of that run, whichever path ends
-it, unparks it in the same transaction. The auditor accounts for every fire.
+active"), on a real database: the dispatcher's fast path, when it finds
+several fires of an interval job under overlap ``skip`` due at once (it is
+behind) while the job's run is still active, parks the job, with one skipped
+row for all the fires it declines, and the end of that run, whichever path
+ends it, unparks it in the same transaction. The auditor accounts for every
+fire.
 """
 
 from __future__ import annotations
@@ -37,12 +39,13 @@ def ten_second_job(owner, **fields) -> Job:
 
 
 def parked_job(owner, **fields) -> tuple[Job, Run]:
-    """A job whose run of T0 is still pending when its fire of T0 + 10 s
-    comes due: the tick parks it."""
+    """A job whose run of T0 is still pending when the dispatcher, behind,
+    finds its fires of T0 + 10 s and T0 + 20 s due: the tick parks it from
+    T0 + 10 s on."""
     job = ten_second_job(owner, **fields)
     Dispatcher().tick(now=T0 + S)
     [held] = runs_of(job)
-    Dispatcher().tick(now=T0 + STEP + S)
+    Dispatcher().tick(now=T0 + 2 * STEP + S)
     job.refresh_from_db()
     held.refresh_from_db()
     return job, held
@@ -55,7 +58,24 @@ def claimed_and_completed(job: Job, when: dt.datetime, state: str = "succeeded")
     assert outcomes.complete("w1", [result], now=when).applied == [c.run_id]
 
 
-def test_a_fire_declined_by_an_active_run_parks_the_job_under_one_row(owner):
+def test_a_dispatcher_that_keeps_up_skips_each_declined_fire_on_a_row_of_its_own(owner):
+    """While the dispatcher keeps up, a fire declined by the active run is a
+    skipped row of its own and the job steps on: cheaper than a parking when
+    a run declines a fire or two (docs/benchmarks.md, "Overload")."""
+    job = ten_second_job(owner)
+    for k in range(4):
+        Dispatcher().tick(now=T0 + k * STEP + S)
+    assert [(r.scheduled_at, r.state, r.fires) for r in runs_of(job)] == [
+        (T0, "pending", 1),
+        (T0 + STEP, "skipped", 1),
+        (T0 + 2 * STEP, "skipped", 1),
+        (T0 + 3 * STEP, "skipped", 1),
+    ]
+    job.refresh_from_db()
+    assert (job.parked_since, job.next_fire_at) == (None, T0 + 4 * STEP)
+
+
+def test_a_dispatcher_behind_a_declined_fire_parks_the_job_under_one_row(owner):
     job, _held = parked_job(owner)
     _first, declined = runs_of(job)
     assert (declined.scheduled_at, declined.state, declined.reason) == (
@@ -208,7 +228,7 @@ def test_a_fire_missing_beside_a_parking_is_still_a_gap(owner):
 @pytest.mark.parametrize("policy", ["queue", "allow"])
 def test_only_overlap_skip_parks(owner, policy):
     job, _held = parked_job(owner, overlap_policy=policy)
-    assert job.parked_since is None and job.next_fire_at == T0 + 2 * STEP
+    assert job.parked_since is None and job.next_fire_at == T0 + 3 * STEP
 
 
 def test_a_cron_job_is_not_parked(owner):
@@ -234,12 +254,15 @@ def test_a_fire_that_already_has_a_run_does_not_park_the_job(owner):
         target_kind=job.target_kind,
         exclusive=True,
     )
-    Dispatcher().tick(now=T0 + STEP + S)
-    job.refresh_from_db()
-    assert (job.parked_since, job.next_fire_at) == (None, T0 + 2 * STEP)
+    # Behind by two fires, its run still waiting: T0+10 had a run already,
+    # so the job is not parked there; the planned path takes both fires.
     Dispatcher().tick(now=T0 + 2 * STEP + S)
     job.refresh_from_db()
-    assert (job.parked_since, job.next_fire_at) == (T0 + 2 * STEP, None)
+    assert (job.parked_since, job.next_fire_at) == (None, T0 + 3 * STEP)
+    # Behind again, with no run in the way of its first due fire: parked.
+    Dispatcher().tick(now=T0 + 4 * STEP + S)
+    job.refresh_from_db()
+    assert (job.parked_since, job.next_fire_at) == (T0 + 3 * STEP, None)
 
 
 def test_a_parked_job_found_without_an_interval_is_left_to_the_planned_path(owner):

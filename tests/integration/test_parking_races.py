@@ -50,8 +50,9 @@ def complete(job: Job, claimed: leases.Claimed, when: dt.datetime) -> None:
 def test_a_run_that_ends_while_the_tick_parks_its_job_unparks_it(owner):
     job, claimed = running_job(owner)
     with transaction.atomic():
-        # The tick parks the job and marks the run; it has not committed.
-        Dispatcher().tick(now=T0 + STEP + S)
+        # The tick, behind (T0+10 and T0+20 due), parks the job and holds
+        # the run; it has not committed.
+        Dispatcher().tick(now=T0 + 2 * STEP + S)
         other = races.start(lambda: complete(job, claimed, T0 + 25 * S))
         races.wait_until_blocked_or_done(other, "the completion")
         assert other.is_alive(), "the completion did not wait for the tick's row lock"
@@ -75,16 +76,17 @@ def test_a_tick_does_not_wait_for_a_run_that_is_ending_and_does_not_park(owner):
     completion = races.start(completion_holds_the_run)
     assert ended.wait(30)
     try:
-        tick = races.start(lambda: Dispatcher().tick(now=T0 + STEP + 2 * S))
+        tick = races.start(lambda: Dispatcher().tick(now=T0 + 2 * STEP + 2 * S))
         races.wait_until_blocked_or_done(tick, "the tick")
         assert not tick.is_alive(), "the tick waited for the run's row lock"
         result = tick.result()
     finally:
         release.set()
         completion.result()
-    # The run was active as the tick read it: its fire is skipped, one row,
-    # and the job steps on instead of parking on a run that has ended.
-    assert result.created == {"skipped": 1}
+    # The run was active as the tick read it: its two due fires are
+    # skipped, a row each (the planned path took them), and the job steps on
+    # instead of parking on a run that has ended.
+    assert result.created == {"skipped": 2}
     job.refresh_from_db()
-    assert (job.parked_since, job.next_fire_at) == (None, T0 + 2 * STEP)
-    assert Run.objects.get(job=job, scheduled_at=T0 + STEP).fires == 1
+    assert (job.parked_since, job.next_fire_at) == (None, T0 + 3 * STEP)
+    assert [r.fires for r in Run.objects.filter(job=job, state="skipped")] == [1, 1]

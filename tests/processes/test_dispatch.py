@@ -40,7 +40,8 @@ def fires_by_job(jobs) -> dict:
 @pytest.mark.pooler
 def test_three_dispatchers_make_exactly_one_run_per_fire(owner, processes):
     """150 jobs under overlap allow (a run for every fire) and 50 under skip
-    (no worker runs: each is parked at its first fire behind its waiting run,
+    (no worker runs: each fire after the first is skipped behind the waiting
+    run, or, where a dispatcher fell behind the job, the job is parked,
     docs/concepts/misfire-and-overlap.md "Parked while its run is active"),
     three dispatchers sharing them."""
     allow = [
@@ -49,18 +50,19 @@ def test_three_dispatchers_make_exactly_one_run_per_fire(owner, processes):
     ]
     skip = [make_job(owner, interval_seconds=1, name=f"parked-{k}") for k in range(50)]
     dispatchers = [processes.manage("dispatch", name=f"dispatch{k}") for k in range(3)]
+
     # However long three processes take to start on this machine: wait for a
     # dozen fires of every job, then look at all of them.
-    runs = Run.objects.filter(job__in=allow)
+    def with_a_dozen_fires() -> set:
+        rows = Run.objects.values("job").annotate(n=Count("id")).filter(n__gte=12)
+        parked = Job.objects.filter(parked_since__isnull=False).values_list("pk", flat=True)
+        return {row["job"] for row in rows} | set(parked)
+
     wait_until(
-        lambda: (
-            runs.values("job").annotate(n=Count("id")).filter(n__gte=12).count() == 150
-            and Job.objects.filter(pk__in=[j.pk for j in skip], parked_since__isnull=False).count()
-            == 50
-        ),
+        lambda: len(with_a_dozen_fires() & {j.pk for j in allow + skip}) == 200,
         timeout=120,
         interval=0.5,
-        message="12 fires of every allow job, every skip job parked",
+        message="12 fires of every job (or a skip job parked)",
     )
     for proc in dispatchers:
         assert processes.stop(proc, signal.SIGTERM) == 0
@@ -76,17 +78,24 @@ def test_three_dispatchers_make_exactly_one_run_per_fire(owner, processes):
         assert all(b - a == S for a, b in itertools.pairwise(times)), job.name
     outcomes = set(Run.objects.filter(job__in=allow).values_list("state", "reason"))
     assert outcomes <= {("pending", ""), ("missed", "past grace")}
-    # Each skip job: one waiting run, then (after any fires found together
-    # at a slow start, which read "no dispatcher") one skipped run standing
-    # for every later fire, the job parked on it.
+    # Each skip job: one waiting run, and every later fire skipped behind it
+    # (fires found together at a slow start read "no dispatcher"); a job
+    # that a dispatcher found behind is parked on its last row, which stands
+    # for every fire since.
     for job in skip:
         rows = list(Run.objects.filter(job=job).order_by("scheduled_at"))
         assert [r.state for r in rows].count("pending") == 1, job.name
-        *_, last = rows
-        assert (last.state, last.reason, last.fires) == ("skipped", "overlap", None)
+        assert {(r.state, r.reason) for r in rows} <= {
+            ("pending", ""),
+            ("skipped", "overlap"),
+            ("missed", "no dispatcher"),
+        }, job.name
         assert all(r.fires for r in rows[:-1])
         job.refresh_from_db()
-        assert (job.parked_since, job.next_fire_at) == (last.scheduled_at, None)
+        if rows[-1].fires is None:
+            assert (job.parked_since, job.next_fire_at) == (rows[-1].scheduled_at, None)
+        else:
+            assert job.parked_since is None
 
 
 def test_dispatcher_outage_outcomes_follow_each_misfire_policy(owner, processes):

@@ -23,15 +23,16 @@ S = dt.timedelta(seconds=1)
 
 
 def parked(owner) -> tuple[Job, Run]:
-    """A 60 s job whose run is still waiting when its next fire comes due."""
+    """A 60 s job whose run is still waiting when the dispatcher, behind,
+    finds its next two fires due."""
     now = db_now()
-    job = make_job(owner, name="parked-one", interval_seconds=60)
-    Run.objects.create_for_fires(job, [now - 61 * S], kind=RunKind.SCHEDULED)
-    rewrite_job(job, created_at=now - 121 * S, next_fire_at=now - S)
+    job = make_job(owner, name="parked-one", interval_seconds=60, misfire_grace_seconds=300)
+    Run.objects.create_for_fires(job, [now - 121 * S], kind=RunKind.SCHEDULED)
+    rewrite_job(job, created_at=now - 181 * S, next_fire_at=now - 61 * S)
     Dispatcher().tick()
     job.refresh_from_db()
-    assert job.parked_since == now - S
-    return job, Run.objects.get(job=job, scheduled_at=now - 61 * S)
+    assert job.parked_since == now - 61 * S
+    return job, Run.objects.get(job=job, scheduled_at=now - 121 * S)
 
 
 def text(html: str) -> str:
@@ -65,7 +66,7 @@ def test_the_runs_list_says_what_the_skipped_run_stands_for(ann, ann_client):
     runs = reverse("admin:runs_run_changelist")
     page = text(ann_client.get(runs).content.decode())
     assert "overlap: and every later fire while its run is active" in page
-    Run.objects.filter(pk=held.pk).update(state="succeeded", finished_at=db_now() + 130 * S)
+    Run.objects.filter(pk=held.pk).update(state="succeeded", finished_at=db_now() + 70 * S)
     page = text(ann_client.get(runs).content.decode())
     assert "overlap: 3 fires, one interval apart" in page
 
@@ -83,7 +84,7 @@ def test_the_api_shows_parked_since_and_the_fires_a_run_stands_for(ann):
         ("pending", 1),
         ("skipped", None),
     ]
-    Run.objects.filter(pk=held.pk).update(state="succeeded", finished_at=db_now() + 130 * S)
+    Run.objects.filter(pk=held.pk).update(state="succeeded", finished_at=db_now() + 70 * S)
     runs = client.get("/api/v1/runs/", {"job": str(job.pk)}).json()["results"]
     assert sorted((r["state"], r["fires"]) for r in runs) == [("skipped", 3), ("succeeded", 1)]
     body = client.get(f"/api/v1/jobs/{job.pk}/").json()
