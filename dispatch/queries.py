@@ -235,9 +235,7 @@ LOCK_SIMPLE_INTERVALS = f"""
            string_agg(second, ',') AS seconds, string_agg(skip, ',') AS skips
     FROM (
         SELECT ctid::text AS tid,
-               CASE WHEN overlap_policy = 'skip'
-                         AND next_fire_at + make_interval(secs => interval_seconds) <= %(now)s
-                    THEN id::text END AS skip,
+               CASE WHEN overlap_policy = 'skip' AND {SEVERAL_DUE} THEN id::text END AS skip,
                {identity.FIRE_NAME_SQL.format(job="id", at="next_fire_at")} AS name,
                {
     identity.FIRE_NAME_SQL.format(
@@ -245,7 +243,7 @@ LOCK_SIMPLE_INTERVALS = f"""
     )
 }
                    AS second
-        FROM jobs_job
+        FROM jobs_job AS j
         WHERE state = 'active' AND next_fire_at <= %(now)s {{shard}}
           AND interval_seconds IS NOT NULL AND jitter_seconds = 0
           AND next_fire_at >= %(now)s - make_interval(secs => misfire_grace_seconds)
