@@ -107,9 +107,14 @@ class StrictSerializer(serializers.Serializer):
         ``__init__`` but what ``bind()`` gives each copy (its name and
         parent), so a shallow copy is a full one. A field holding other
         fields (a list's ``child``, a nested serializer) is bound to them,
-        and is deep-copied as DRF does.
+        and is deep-copied as DRF does. Which kind each field is, is found
+        once per class (``_copy_plan``): looking through every field's
+        attributes on every request cost as much as the copies.
         """
-        return {name: _fresh(field) for name, field in self._declared_fields.items()}
+        return {
+            name: copy.deepcopy(field) if deep else _shallow_copy(field)
+            for name, field, deep in _copy_plan(type(self))
+        }
 
     def to_internal_value(self, data):
         errors: dict[str, list[str]] = {}
@@ -133,12 +138,32 @@ class StrictSerializer(serializers.Serializer):
         return value
 
 
-def _fresh(field: serializers.Field) -> serializers.Field:
-    if isinstance(field, serializers.BaseSerializer) or any(
+# Per serializer class: each declared field, and whether it holds other
+# fields (copied deep). Classes are made once, at import.
+_COPY_PLANS: dict[type, tuple[tuple[str, serializers.Field, bool], ...]] = {}
+
+
+def _copy_plan(cls: type[StrictSerializer]) -> tuple[tuple[str, serializers.Field, bool], ...]:
+    plan = _COPY_PLANS.get(cls)
+    if plan is None:
+        plan = _COPY_PLANS[cls] = tuple(
+            (name, field, _holds_fields(field)) for name, field in cls._declared_fields.items()
+        )
+    return plan
+
+
+def _holds_fields(field: serializers.Field) -> bool:
+    return isinstance(field, serializers.BaseSerializer) or any(
         isinstance(value, serializers.Field) for value in vars(field).values()
-    ):
-        return copy.deepcopy(field)
-    return copy.copy(field)
+    )
+
+
+def _shallow_copy(field: serializers.Field) -> serializers.Field:
+    """``copy.copy`` of a field without fields inside it, without its
+    ``__reduce_ex__`` round (DRF fields define no ``__copy__``)."""
+    fresh = object.__new__(type(field))
+    fresh.__dict__.update(field.__dict__)
+    return fresh
 
 
 class EmptySerializer(StrictSerializer):

@@ -32,6 +32,9 @@ from urllib.parse import unquote, urlsplit
 import environ
 
 POSTGRESQL = "django.db.backends.postgresql"
+# Django's PostgreSQL backend with a health check that costs no round trip
+# while the connection is sound (core/postgresql/base.py).
+BACKEND = "core.postgresql"
 # target_session_attrs values that find a host which accepts writes.
 WRITABLE = ("read-write", "primary")
 
@@ -45,6 +48,7 @@ def database_settings(url: str, variable: str = "DATABASE_URL") -> dict:
             f"{variable} must name a PostgreSQL server (postgres://...): Punctual relies on"
             " row locks, partial unique indexes and the database clock that only PostgreSQL has"
         )
+    config["ENGINE"] = BACKEND
     hosts, ports = host_list(url)
     if hosts:  # else a socket in the path, or host= among the parameters
         config["HOST"] = ",".join(hosts)

@@ -8,11 +8,13 @@ check that every job got its schedule span and its audit event."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.contrib.auth import get_user_model
 from django.db import connection
@@ -29,25 +31,39 @@ CREATE_URL = "https://93.184.215.14/hook"
 CREATE_JOB = {"interval_seconds": 3600, "url": CREATE_URL, "payload": {"bench": True}}
 
 
-def _post_jobs(session, base: str, body) -> list | dict:
-    answer = session.post(f"{base}/api/v1/jobs/", data=json.dumps(body), timeout=120)
-    if answer.status_code != 201:
-        raise BenchFailed(f"create answered {answer.status_code}: {answer.text[:500]}")
-    return answer.json()
+class _Client:
+    """One API client on one kept connection (HTTP/1.1 keep-alive), as a
+    script posting jobs in a loop is. It is the standard library's
+    ``http.client``: the bench shares the machine's cores with the install,
+    and ``requests`` spent 1.5 ms of CPU per request on its own side (0.4 ms
+    here), which a single client's rate paid in full."""
+
+    def __init__(self, base: str, token: str) -> None:
+        self.conn = http.client.HTTPConnection(urlsplit(base).netloc, timeout=120)
+        self.headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+
+    def __enter__(self) -> _Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.conn.close()
+
+    def post_jobs(self, body) -> list | dict:
+        self.conn.request("POST", "/api/v1/jobs/", body=json.dumps(body), headers=self.headers)
+        answer = self.conn.getresponse()
+        text = answer.read()
+        if answer.status != 201:
+            raise BenchFailed(f"create answered {answer.status}: {text[:500]!r}")
+        return json.loads(text)
 
 
 def _single_creates(base: str, token: str, names: list[str]) -> float:
     """Create one job per name, one request each, in order; seconds taken."""
-    import requests
-
-    with requests.Session() as session:
-        session.headers.update(
-            {"Authorization": f"Token {token}", "Content-Type": "application/json"}
-        )
-        _post_jobs(session, base, {**CREATE_JOB, "name": f"{names[0]}-warm"})  # connection up
+    with _Client(base, token) as client:
+        client.post_jobs({**CREATE_JOB, "name": f"{names[0]}-warm"})  # connection up
         t0 = time.perf_counter()
         for name in names:
-            _post_jobs(session, base, {**CREATE_JOB, "name": name})
+            client.post_jobs({**CREATE_JOB, "name": name})
         return time.perf_counter() - t0
 
 
@@ -61,18 +77,13 @@ def _parallel_single_creates(base: str, token: str, prefix: str, clients: int, e
     failures: list[BaseException] = []
 
     def client(k: int) -> None:
-        import requests
-
         try:
-            with requests.Session() as session:
-                session.headers.update(
-                    {"Authorization": f"Token {token}", "Content-Type": "application/json"}
-                )
-                _post_jobs(session, base, {**CREATE_JOB, "name": f"{prefix}-{k}-warm"})
+            with _Client(base, token) as api:
+                api.post_jobs({**CREATE_JOB, "name": f"{prefix}-{k}-warm"})
                 start.wait(timeout=120)
                 t0 = time.perf_counter()
                 for i in range(each):
-                    _post_jobs(session, base, {**CREATE_JOB, "name": f"{prefix}-{k}-{i}"})
+                    api.post_jobs({**CREATE_JOB, "name": f"{prefix}-{k}-{i}"})
                 spans.append((t0, time.perf_counter()))
         except BaseException as exc:  # reported below, after every thread ended
             failures.append(exc)
@@ -91,17 +102,12 @@ def _parallel_single_creates(base: str, token: str, prefix: str, clients: int, e
 
 
 def _bulk_creates(base: str, token: str, prefix: str, batches: int, size: int) -> float:
-    import requests
-
-    with requests.Session() as session:
-        session.headers.update(
-            {"Authorization": f"Token {token}", "Content-Type": "application/json"}
-        )
-        _post_jobs(session, base, [{**CREATE_JOB, "name": f"{prefix}-warm"}])
+    with _Client(base, token) as client:
+        client.post_jobs([{**CREATE_JOB, "name": f"{prefix}-warm"}])
         t0 = time.perf_counter()
         for b in range(batches):
             body = [{**CREATE_JOB, "name": f"{prefix}-{b}-{i}"} for i in range(size)]
-            created = _post_jobs(session, base, body)
+            created = client.post_jobs(body)
             if [job["name"] for job in created] != [job["name"] for job in body]:
                 raise BenchFailed("a bulk create did not answer its jobs in input order")
             if any(not job["secret"].startswith(crypto.SECRET_PREFIX) for job in created):

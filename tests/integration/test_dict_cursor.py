@@ -1,10 +1,13 @@
 """``core.db.dict_cursor`` and ``bound_cursor``: the hot statements' cursors
 read timestamps with psycopg's C loader and give the same values as Django's
-own cursor, and check a kept connection before using it, as Django's does."""
+own cursor, and check a kept connection before using it, as Django's does.
+That check (core/postgresql/base.py) asks the server only when the socket
+has something to read."""
 
 from __future__ import annotations
 
 import datetime as dt
+import select
 
 import psycopg
 import pytest
@@ -12,6 +15,7 @@ from django.db import connection
 
 from core.db import bound_cursor, dict_cursor
 from tests.database import subprocess_database_url
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -51,8 +55,66 @@ def test_a_bound_cursor_replaces_a_connection_the_server_has_closed(prepare):
     old_pid = connection.connection.info.backend_pid
     with psycopg.connect(subprocess_database_url(), autocommit=True) as other:
         other.execute("SELECT pg_terminate_backend(%s)", [old_pid])
+        # As after a restart or a failover: the backend has gone, its socket closed.
+        wait_until(
+            lambda: (
+                not other.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE pid = %s", [old_pid]
+                ).fetchone()
+            ),
+            message="the terminated backend to exit",
+        )
     connection.health_check_done = False  # as at the start of every request
     with bound_cursor(prepare=prepare) as cur:
         cur.execute("SELECT pg_backend_pid()")
         (new_pid,) = cur.fetchone()
     assert new_pid != old_pid
+
+
+def _last_statement(pid: int) -> str:
+    with psycopg.connect(subprocess_database_url(), autocommit=True) as other:
+        row = other.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()
+    assert row is not None, f"backend {pid} is gone"
+    return row[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sound_kept_connection_is_checked_without_a_round_trip():
+    """Each request's check of a kept connection sends nothing while the
+    socket has nothing to read: the backend's last statement is still the
+    request before's, not Django's ``SELECT 1``, and the connection is kept."""
+    connection.ensure_connection()
+    pid = connection.connection.info.backend_pid
+    with connection.cursor() as cur:
+        cur.execute("SELECT 'the request before'")
+    connection.health_check_done = False  # as at the start of every request
+    with bound_cursor() as cur:
+        assert _last_statement(pid) == "SELECT 'the request before'"
+        cur.execute("SELECT pg_backend_pid()")
+        assert cur.fetchone() == (pid,)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_kept_connection_with_something_to_read_is_asked_and_kept_when_it_answers():
+    """A notification that arrived between requests makes the socket
+    readable on a sound connection: the check asks the server (Django's
+    ``SELECT 1``), which answers, and the connection is kept."""
+    connection.ensure_connection()
+    pid = connection.connection.info.backend_pid
+    with connection.cursor() as cur:
+        cur.execute("LISTEN punctual_health_check_test")
+    try:
+        with psycopg.connect(subprocess_database_url(), autocommit=True) as other:
+            other.execute("NOTIFY punctual_health_check_test")
+        sock = connection.connection.fileno()
+        wait_until(
+            lambda: select.select([sock], [], [], 0)[0], message="the notification to arrive"
+        )
+        connection.health_check_done = False  # as at the start of every request
+        with bound_cursor() as cur:
+            assert _last_statement(pid) == "SELECT 1"
+            cur.execute("SELECT pg_backend_pid()")
+            assert cur.fetchone() == (pid,)
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("UNLISTEN *")
