@@ -11,6 +11,9 @@ import base64
 import ipaddress
 import json
 import os
+import sys
+import threading
+import time
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -454,3 +457,34 @@ def test_unsafe_target_error_is_a_value_error_with_a_readable_message() -> None:
     with pytest.raises(ValueError) as info:
         check_url("http://127.0.0.1/", allow_private=False)
     assert str(info.value) == "URL host is a non-public address (127.0.0.1)"
+
+
+def test_signing_keeps_the_gil_beside_a_busy_thread() -> None:
+    """The worker signs on its event loop while its database thread runs
+    Python. A signature that gave up the GIL would wait for the busy thread
+    to hand it back, a switch interval each time (0.2 s here: ten signatures
+    would take 2 s). Holding it, they take microseconds."""
+    key = secret_key_bytes(new_secret())
+    stop = threading.Event()
+    started = threading.Event()
+
+    def busy() -> None:
+        started.set()
+        while not stop.is_set():
+            pass
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.2)
+    thread = threading.Thread(target=busy)
+    try:
+        thread.start()
+        started.wait()
+        t0 = time.monotonic()
+        for n in range(10):
+            sign(key, f"msg_{n}", 1_700_000_000, b'{"a": 1}')
+        took = time.monotonic() - t0
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(interval)
+    assert took < 1.0, f"ten signatures took {took:.2f} s beside a busy thread"
