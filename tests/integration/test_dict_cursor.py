@@ -118,3 +118,16 @@ def test_a_kept_connection_with_something_to_read_is_asked_and_kept_when_it_answ
     finally:
         with connection.cursor() as cur:
             cur.execute("UNLISTEN *")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_is_usable_still_asks_the_server():
+    """Outside a request's check, ``is_usable()`` is Django's round trip: the
+    loops ask it whether the database is reachable after a failed statement,
+    and behind a pooler the socket stays quiet while the server is gone."""
+    connection.ensure_connection()
+    pid = connection.connection.info.backend_pid
+    with connection.cursor() as cur:
+        cur.execute("SELECT 'the statement before'")
+    assert connection.is_usable()
+    assert _last_statement(pid) == "SELECT 1"

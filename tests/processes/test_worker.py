@@ -62,8 +62,15 @@ def test_sigkilled_worker_run_is_redelivered_with_the_same_id(owner, processes, 
     run = job_verbs.trigger(job)
     first = processes.manage("work", "--lease-seconds", str(lease), "--name", "doomed")
     wait_until(lambda: receiver.entries(), timeout=60, message="the first delivery")
-    # The survivor is already up and polling when the first worker dies.
-    processes.manage("work", "--lease-seconds", str(lease), "--name", "survivor")
+    # The survivor is already up and polling when the first worker dies: the
+    # bound below is the product's (a lease, then a second), not how long a
+    # busy machine takes to start a process (5 s once beside CI's other lane).
+    survivor = processes.manage("work", "--lease-seconds", str(lease), "--name", "survivor")
+    wait_until(
+        lambda: "worker started" in Path(survivor.log_path).read_text(),
+        timeout=60,
+        message="the survivor to start",
+    )
     first.send_signal(signal.SIGKILL)
     # On the database clock, which stamps the claims below. Read after the
     # signal: a test held up here only makes the measured gap shorter.
