@@ -222,11 +222,22 @@ END"""
 # has no space and a name or a uuid no comma, so the delimiters are safe.
 #
 # The second statement finds the jobs again by ctid (a row's physical
-# address): a Tid Scan costs the same however large the table is, where a
-# join on the id would flip between index probes and a full scan with the
-# table's size. That is safe because this transaction holds the rows FOR NO
-# KEY UPDATE (as LOCK_DUE_JOBS, for the same reason) from the first statement
-# on: no one else can update, delete or move them (a claim's KEY SHARE lock
+# address): a Tid Scan costs the same however large the table is. The
+# planner prices each address as a random page read (``random_page_cost``,
+# 4 by default), so with its default it chose to read the whole table
+# instead (a Seq Scan, twice: to join ``due`` and to update) once a batch's
+# addresses outnumbered about a third of the table's pages: at 40,000 jobs
+# and batches of 1,000, each tick read 80,000 job rows for its 1,000, which
+# was about half of the statement's time (auto_explain under
+# ``bench e2e --jobs 40000``), and that work grew with the fleet, not with
+# the fires. The rows were locked by the first statement a moment before,
+# so they are in shared buffers: the statement runs with a random page
+# priced as a sequential one (JOBS_IN_MEMORY: 1, ``seq_page_cost``'s
+# default), which says so, and reads its batch only
+# (tests/integration/test_hot_plans.py, "a tick reads the jobs it locked by
+# their address"). Finding rows by ctid is safe because this transaction
+# holds the rows FOR NO KEY UPDATE (as LOCK_DUE_JOBS, for the same reason)
+# from the first statement on: no one else can update, delete or move them (a claim's KEY SHARE lock
 # moves nothing), so their ctids and next_fire_at (the fire that was named)
 # are the ones the first statement read. Both aggregates read the locked
 # rows in one pass, so the n-th ctid and the n-th name are the same job's.
@@ -267,6 +278,9 @@ HOLD_ACTIVE_RUNS = """
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS a
 """
+# The second statement's pricing: its jobs' pages are in memory (above).
+JOBS_IN_MEMORY = "SET LOCAL random_page_cost = 1"
+PRICED_AS_CONFIGURED = "SET LOCAL random_page_cost TO DEFAULT"
 DISPATCH_SIMPLE_INTERVALS = f"""
     WITH due AS (
         SELECT j.id, f.run_id, j.next_fire_at, j.interval_seconds, j.overlap_policy,
@@ -392,6 +406,7 @@ def dispatch_simple_intervals(
             holders = cur.fetchone()[0]
         run_ids = ",".join(identity.ids_for_names(names.split(",")))
         second_ids = ",".join(identity.ids_for_names(seconds.split(",")))
+        cur.execute(JOBS_IN_MEMORY)
         cur.execute(
             DISPATCH_SIMPLE_INTERVALS,
             {
@@ -404,6 +419,7 @@ def dispatch_simple_intervals(
             },
         )
         jobs, pending, skipped, missed, missed_fires = cur.fetchone()
+        cur.execute(PRICED_AS_CONFIGURED)
     created = {"pending": pending, "skipped": skipped, "missed": missed}
     backlog = {
         uuid.UUID(job): int(fires)

@@ -49,6 +49,15 @@ class Explained:
         top = self.plan.get("Plan", {})
         return int(top.get("Shared Hit Blocks", 0)) + int(top.get("Shared Read Blocks", 0))
 
+    def scans_of(self, relation: str) -> list[str]:
+        """The scans that read ``relation`` (a table's name, as the plan
+        names it), in plan order: "Tid Scan", "Seq Scan", ..."""
+        return [
+            node["Node Type"]
+            for node in _nodes(self.plan.get("Plan", {}))
+            if node.get("Relation Name") == relation and node["Node Type"].endswith("Scan")
+        ]
+
     def problems(self) -> list[str]:
         head = " ".join(self.sql.split())[:90]
         found = []

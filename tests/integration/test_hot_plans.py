@@ -22,9 +22,10 @@ import os
 import random
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 
 from core.db import db_now, insert_rows, jit_off_per_transaction
+from dispatch import queries
 from dispatch.dispatcher import Dispatcher
 from jobs.models import Job
 from runs import identity, leases, outcomes
@@ -112,6 +113,50 @@ def test_a_tick_runs_without_jit_or_a_disabled_node(owner):
         result = Dispatcher(batch_size=100).tick()
     assert result.jobs == 3
     assert_hot(statements, at_least=3)
+
+
+def test_a_tick_reads_the_jobs_it_locked_by_their_address(owner):
+    """The fast path's second statement finds its batch's jobs again by
+    their ctid (dispatch/queries.py JOBS_IN_MEMORY): a Tid Scan, to join and
+    to update, beside 20,000 jobs as beside a few. Priced with the default
+    random page, 1,000 addresses beside 20,000 jobs (about 1,200 pages)
+    made the planner read the whole table twice instead, each tick."""
+    now = db_now()
+    made = [
+        Job(owner=owner, name=f"fleet-{n}", interval_seconds=60, url="http://127.0.0.1:9/hook")
+        for n in range(20_000)
+    ]
+    Job.create_many(made, now=now, changes=[{}] * len(made))
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE jobs_job SET next_fire_at = %s"
+            " WHERE id IN (SELECT id FROM jobs_job ORDER BY id LIMIT 1000)",
+            [now - 2 * S],
+        )
+    vacuum()
+    with explaining(lambda sql: "WITH due AS" in sql) as statements:
+        result = Dispatcher(batch_size=1_000).tick()
+    assert result.jobs == 1_000
+    assert_hot(statements)
+    scans = [s.scans_of("jobs_job") for s in statements]
+    assert scans == [["Tid Scan", "Tid Scan"]], scans
+
+
+def test_the_fast_path_leaves_the_rest_of_the_tick_priced_as_configured(owner):
+    """JOBS_IN_MEMORY is for the fast path's second statement only: the tick's
+    planned path, after it in the same transaction, is priced as the server
+    is configured."""
+    now = db_now()
+    make_job(owner, interval_seconds=60)
+    rewrite_job(Job.objects.get(owner=owner), next_fire_at=now - 2 * S)
+    with connection.cursor() as cur:
+        cur.execute("SHOW random_page_cost")
+        configured = cur.fetchone()[0]
+        with transaction.atomic():
+            jobs, _, _ = queries.dispatch_simple_intervals(now, 100)
+            cur.execute("SHOW random_page_cost")
+            after = cur.fetchone()[0]
+    assert (jobs, after) == (1, configured)
 
 
 @pytest.mark.parametrize("kind", ["one owner", "owners' shares", "expired leases"])
