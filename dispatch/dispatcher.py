@@ -209,10 +209,12 @@ class Dispatcher:
             # The floor stays put until the tick commits (runs/partitions.py).
             db_time, floor = partitions.now_and_floor()
             now = now or db_time
+            # No active run is scheduled past the later of the two clocks.
+            ceiling = max(now, db_time) + partitions.ACTIVE_CEILING_MARGIN
             self._last_tick = (now, time.monotonic())
-            fast = self._fast_path(now, floor)
+            fast = self._fast_path(now, floor, ceiling)
             limit = min(self.batch_size - fast.jobs, self._planned_limit)
-            batch = None if fast.more else self._planned_batch(now, floor, limit)
+            batch = None if fast.more else self._planned_batch(now, floor, ceiling, limit)
             if batch is None:
                 self._announce(now, claimable=fast.fires)
                 return fast
@@ -224,14 +226,14 @@ class Dispatcher:
             created[state] = created.get(state, 0) + n
         return TickResult(jobs=fast.jobs + batch.planned, created=created, now=now, more=batch.more)
 
-    def _fast_path(self, now: dt.datetime, floor: dt.datetime) -> TickResult:
+    def _fast_path(self, now: dt.datetime, floor: dt.datetime, ceiling: dt.datetime) -> TickResult:
         """Step 1's commonest case, in SQL: interval jobs with one due fire
         within grace and nothing for the overlap rule to decide, inserted and
         advanced in one statement. A full batch leaves no room for the
         planned path this tick (``more``: the next tick goes on)."""
         fast = TickResult(now=now)
         fast.jobs, fast.created, backlog = queries.dispatch_simple_intervals(
-            now, self.batch_size, self.shard, floor
+            now, self.batch_size, self.shard, floor, ceiling
         )
         if backlog:
             # Fires of a backlog held back by its first: missed, "no
@@ -244,7 +246,7 @@ class Dispatcher:
         return fast
 
     def _planned_batch(
-        self, now: dt.datetime, floor: dt.datetime, limit: int
+        self, now: dt.datetime, floor: dt.datetime, ceiling: dt.datetime, limit: int
     ) -> PlannedBatch | None:
         """Steps 1 to 4 for the jobs the fast path did not take: lock up to
         ``limit`` due jobs, read their runs running and waiting, plan each
@@ -254,7 +256,7 @@ class Dispatcher:
         if not due:
             return None
         exclusive_ids = [j.id for j in due if j.overlap_policy != "allow"]
-        active = queries.active_counts(exclusive_ids, floor)
+        active = queries.active_counts(exclusive_ids, floor, ceiling)
         batch = plan_batch(due, now, active, more=len(due) == limit)
         if batch.counted:
             # Stored per job by the insert below; one line per tick, not

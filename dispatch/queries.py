@@ -25,6 +25,8 @@ from runs.planning import DueJob
 
 # The floor of a caller that read none: every run is scheduled after it.
 EPOCH = dt.datetime.min.replace(tzinfo=dt.UTC)
+# The ceiling of a caller that gave none: every run is scheduled before it.
+END_OF_TIME = dt.datetime.max.replace(tzinfo=dt.UTC)
 
 # The columns of DueJob, in its field names.
 _DUE_COLUMNS = """
@@ -60,14 +62,15 @@ SHARD = Placeholder("shard", {"every job": "", "one shard": SHARD_FILTER})
 # running and waiting, the input of the overlap rule (uses run_active_idx).
 # Read after the jobs are locked, so no other dispatcher adds a fire of these
 # jobs meanwhile. ``floor``: the active floor the tick read first
-# (runs/partitions.py), below which no run is unfinished.
+# (runs/partitions.py), below which no run is unfinished; ``ceiling``: the
+# active ceiling, past which none is.
 ACTIVE_COUNTS = """
     SELECT job_id,
            count(*) FILTER (WHERE state = 'running') AS running,
            count(*) FILTER (WHERE state <> 'running') AS waiting
     FROM runs_run
     WHERE job_id = ANY(%(ids)s::uuid[]) AND state IN ('pending', 'running', 'retrying')
-      AND scheduled_at >= %(floor)s
+      AND scheduled_at >= %(floor)s AND scheduled_at < %(ceiling)s
     GROUP BY job_id
 """
 
@@ -129,12 +132,12 @@ INSERT_RUNS_AND_ADVANCE = f"""
 # ``skip`` skips a fire while the job has a run running or waiting, ``queue``
 # while it has one waiting (pending or retrying), ``allow`` never. Read once
 # the job is locked, as the planned path reads ACTIVE_COUNTS (uses
-# run_active_idx, one probe per partition from the floor on).
+# run_active_idx, one probe per partition from the floor to the ceiling).
 OVERLAP_SKIPS = """
     (j.overlap_policy <> 'allow' AND EXISTS (
         SELECT 1 FROM runs_run AS a
         WHERE a.job_id = j.id AND a.state IN ('pending', 'running', 'retrying')
-          AND a.scheduled_at >= %(floor)s
+          AND a.scheduled_at >= %(floor)s AND a.scheduled_at < %(ceiling)s
           AND (a.state <> 'running' OR j.overlap_policy = 'skip')))
 """
 
@@ -274,7 +277,8 @@ HOLD_ACTIVE_RUNS = """
     FROM (
         SELECT a.id, a.scheduled_at, a.job_id FROM runs_run AS a
         WHERE a.job_id = ANY(string_to_array(%(skips)s, ',')::uuid[])
-          AND a.state IN ('pending', 'running', 'retrying') AND a.scheduled_at >= %(floor)s
+          AND a.state IN ('pending', 'running', 'retrying')
+          AND a.scheduled_at >= %(floor)s AND a.scheduled_at < %(ceiling)s
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS a
 """
@@ -389,11 +393,16 @@ def lock_due_jobs(
 
 
 def dispatch_simple_intervals(
-    now: dt.datetime, limit: int, shard: tuple[int, int] | None = None, floor: dt.datetime = EPOCH
+    now: dt.datetime,
+    limit: int,
+    shard: tuple[int, int] | None = None,
+    floor: dt.datetime = EPOCH,
+    ceiling: dt.datetime = END_OF_TIME,
 ) -> tuple[int, dict[str, int], dict[uuid.UUID, int]]:
     """The SQL fast path: returns (jobs advanced, runs created by state, the
     fires each job behind recorded ``missed``, "no dispatcher").
-    ``floor``: the tick's active floor (the default bounds nothing)."""
+    ``floor``, ``ceiling``: the tick's active floor and ceiling
+    (runs/partitions.py; the defaults bound nothing)."""
     params: dict = {"now": now, "limit": limit}
     with connection.cursor() as cur:
         cur.execute(LOCK_SIMPLE_INTERVALS.format(shard=_shard(params, shard)), params)
@@ -402,7 +411,7 @@ def dispatch_simple_intervals(
             return 0, {}, {}
         holders = None
         if skips:
-            cur.execute(HOLD_ACTIVE_RUNS, {"skips": skips, "floor": floor})
+            cur.execute(HOLD_ACTIVE_RUNS, {"skips": skips, "floor": floor, "ceiling": ceiling})
             holders = cur.fetchone()[0]
         run_ids = ",".join(identity.ids_for_names(names.split(",")))
         second_ids = ",".join(identity.ids_for_names(seconds.split(",")))
@@ -416,6 +425,7 @@ def dispatch_simple_intervals(
                 "second_ids": second_ids,
                 "holders": holders or "",
                 "floor": floor,
+                "ceiling": ceiling,
             },
         )
         jobs, pending, skipped, missed, missed_fires = cur.fetchone()
@@ -429,15 +439,16 @@ def dispatch_simple_intervals(
 
 
 def active_counts(
-    job_ids: Sequence[uuid.UUID], floor: dt.datetime = EPOCH
+    job_ids: Sequence[uuid.UUID], floor: dt.datetime = EPOCH, ceiling: dt.datetime = END_OF_TIME
 ) -> dict[uuid.UUID, tuple[int, int]]:
     """(running, waiting) runs per job; waiting is pending or retrying
-    (uses run_active_idx). Jobs with neither are left out. ``floor``: the
-    tick's active floor (the default bounds nothing)."""
+    (uses run_active_idx). Jobs with neither are left out. ``floor``,
+    ``ceiling``: the tick's active floor and ceiling (the defaults bound
+    nothing)."""
     if not job_ids:
         return {}
     with dict_cursor() as cur:
-        cur.execute(ACTIVE_COUNTS, {"ids": list(job_ids), "floor": floor})
+        cur.execute(ACTIVE_COUNTS, {"ids": list(job_ids), "floor": floor, "ceiling": ceiling})
         return {row["job_id"]: (row["running"], row["waiting"]) for row in cur.fetchall()}
 
 

@@ -58,6 +58,15 @@ class Explained:
             if node.get("Relation Name") == relation and node["Node Type"].endswith("Scan")
         ]
 
+    def relations_read_by(self, index_suffix: str) -> set[str]:
+        """The tables (partitions) read through an index whose name ends
+        with ``index_suffix``."""
+        return {
+            node["Relation Name"]
+            for node in _nodes(self.plan.get("Plan", {}))
+            if node.get("Index Name", "").endswith(index_suffix)
+        }
+
     def problems(self) -> list[str]:
         head = " ".join(self.sql.split())[:90]
         found = []

@@ -38,6 +38,7 @@ from tests.plans import explaining, jit_everywhere
 pytestmark = pytest.mark.django_db(transaction=True)
 
 S = dt.timedelta(seconds=1)
+DAY = dt.timedelta(days=1)
 # Buffers a claim may read per run it takes (shared hits and reads, summed
 # over the claim's statements). About 20 to 40 on either server.
 BUFFERS_PER_CLAIMED_RUN = 60
@@ -140,6 +141,31 @@ def test_a_tick_reads_the_jobs_it_locked_by_their_address(owner):
     assert_hot(statements)
     scans = [s.scans_of("jobs_job") for s in statements]
     assert scans == [["Tid Scan", "Tid Scan"]], scans
+
+
+def test_a_ticks_overlap_probes_read_the_days_that_can_hold_an_active_run(owner):
+    """The overlap probes of both paths (dispatch/queries.py OVERLAP_SKIPS,
+    ACTIVE_COUNTS) read run_active_idx from the active floor to the active
+    ceiling (runs/partitions.py): the days from the floor (yesterday, or the
+    default partition, which holds the days before the first one) to
+    tomorrow, not the coming week's empty partitions: three probes per job,
+    not nine."""
+    now = db_now()
+    simple = make_job(owner, interval_seconds=60, overlap_policy="skip")
+    planned = make_job(owner, cron="* * * * *", overlap_policy="skip")
+    for job in (simple, planned):
+        Run.objects.create_for_fires(job, [now - 300 * S], kind=RunKind.SCHEDULED)
+        rewrite_job(job, next_fire_at=now - 2 * S)
+    with explaining(lambda sql: "runs_run" in sql) as statements:
+        result = Dispatcher(batch_size=100).tick()
+    assert result.jobs == 2, result
+    today, tomorrow = (f"runs_run_p{result.now.date() + n * DAY:%Y%m%d}" for n in (0, 1))
+    probed = [s.relations_read_by("_job_id_scheduled_at_idx") for s in statements]
+    probed = [p for p in probed if p]
+    assert len(probed) == 2, [s.sql[:60] for s in statements]
+    for partitions in probed:
+        days = sorted(p for p in partitions if p != "runs_run_default")
+        assert today in days and days[-1] == tomorrow, days
 
 
 def test_the_fast_path_leaves_the_rest_of_the_tick_priced_as_configured(owner):
