@@ -422,16 +422,12 @@ CLAIM_SCOPE = Placeholder(
 # attempt and sets a new owner under the row lock, and the UPDATE that uses
 # this predicate waits for that lock and re-checks the predicate against the
 # committed row, so the previous holder's write matches nothing.
-LEASE_HELD = """
-    r.state = 'running' AND r.lease_owner = %(owner)s AND r.attempt = {attempt}
-    AND r.deadline_at >= %(now)s
-"""
-# LEASE_HELD for the statements that find their runs by key (HEARTBEAT, and
-# COMPLETE in runs/outcomes.py): the same test, but its state comparison is
-# written COLLATE "C" (the same equality for these plain words), so that the
+#
+# Both statements find their runs by key, and the state comparison is
+# written COLLATE "C" (the same equality for these plain words) so that the
 # planner cannot prove it implies run_active_idx's predicate (pending,
-# running or retrying) and never reads the runs through that index. With the
-# window's scheduled_at bounds as its only usable condition there, that
+# running or retrying), and never reads the runs through that index. With
+# the window's scheduled_at bounds as its only usable condition there, that
 # index is read whole: every active run of the day, the backlog, not the
 # batch. The planner chose it when its statistics had not seen the window's
 # runs yet (the recent edge of today's partition on a busy install, or a new
@@ -441,7 +437,10 @@ LEASE_HELD = """
 # (tests/integration/test_hot_plans.py, "a completion and a heartbeat read a
 # bounded number of buffers per run"). The window then reads the
 # scheduled_at index: the runs of the batch's span, whatever waits.
-LEASE_HELD_BY_KEY = LEASE_HELD.replace("r.state = 'running'", "r.state = 'running' COLLATE \"C\"")
+LEASE_HELD = """
+    r.state = 'running' COLLATE "C" AND r.lease_owner = %(owner)s AND r.attempt = {attempt}
+    AND r.deadline_at >= %(now)s
+"""
 
 # Partition pruning for the statements that find runs by id (HEARTBEAT, and
 # COMPLETE in runs/outcomes.py): runs_run is partitioned by day on
@@ -474,7 +473,7 @@ HEARTBEAT = (
         %(now)s + make_interval(secs => coalesce(%(lease)s, r.lease_seconds)), r.deadline_at)
     FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS h(id, attempt)
     WHERE r.id = h.id AND r.scheduled_at BETWEEN %(lo)s AND %(hi)s AND"""
-    + LEASE_HELD_BY_KEY.format(attempt="h.attempt")
+    + LEASE_HELD.format(attempt="h.attempt")
     + """
     RETURNING r.id, r.lease_until
 """

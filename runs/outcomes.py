@@ -28,7 +28,7 @@ from core.db import db_now, dict_cursor, hot_transaction
 from runs import notify, stats
 from runs.after_attempt import FAILED, RETRYING, SUCCEEDED, pause_after_streak
 from runs.leases import (
-    LEASE_HELD_BY_KEY,
+    LEASE_HELD,
     MAY_START,
     RECORD_LOST_ATTEMPTS,
     RUN_MAY_START,
@@ -113,7 +113,7 @@ COMPLETE = (
             last_response = w.response
         FROM w
         WHERE r.id = w.id AND r.scheduled_at BETWEEN %(lo)s AND %(hi)s AND"""
-    + LEASE_HELD_BY_KEY.format(attempt="w.attempt")
+    + LEASE_HELD.format(attempt="w.attempt")
     + """
         RETURNING r.id, r.scheduled_at, r.kind
     ), attempts AS (

@@ -357,7 +357,7 @@ def test_a_completion_and_a_heartbeat_read_a_bounded_number_of_buffers_per_run(
     as on a busy install at the recent edge of today's partition. The
     planner expected one run in the batch's window and read the runs through
     the index of every active run instead (runs/leases.py
-    LEASE_HELD_BY_KEY): about 125 buffers per run here, 400 in a bench."""
+    LEASE_HELD): about 125 buffers per run here, 400 in a bench."""
     vacuum()  # statistics from before the runs: today's partition empty
     one_due_run_each(owner, 20_000)
     one_due_run_each(other_owner, 100)
