@@ -57,8 +57,19 @@ def add_run(job, when: dt.datetime, state: str = "pending", **fields) -> Run:
     )
 
 
+def migrated_on() -> dt.date:
+    """The day (UTC) the test database was migrated: its partitions were
+    made from that day on, which is yesterday once a run passes midnight."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT applied FROM django_migrations"
+            " WHERE app = 'runs' AND name = '0006_partition_runs_by_day'"
+        )
+        return cur.fetchone()[0].astimezone(dt.UTC).date()
+
+
 def test_today_and_the_coming_week_have_partitions_after_migrate():
-    days = [today() + n * DAY for n in range(partitions.DAYS_AHEAD + 1)]
+    days = [migrated_on() + n * DAY for n in range(partitions.DAYS_AHEAD + 1)]
     for parent in ("runs_run", "runs_attempt"):
         assert set(days) <= set(partitions.day_partitions(parent))
         assert table_exists(f"{parent}_default")
@@ -109,7 +120,9 @@ def test_the_dispatcher_s_housekeeping_makes_the_coming_week_and_drops_expired_d
     assert partitions.ensure_partitions(old, days_ahead=0) == [old]
     with connection.cursor() as cur:
         for parent, _ in partitions.TABLES:
-            cur.execute(f"DROP TABLE {partitions.partition_name(parent, last)}")
+            # Absent when midnight passed since the migrate: the week was then
+            # made from yesterday on.
+            cur.execute(f"DROP TABLE IF EXISTS {partitions.partition_name(parent, last)}")
     assert last not in partitions.day_partitions()
 
     Dispatcher().housekeeping()
@@ -196,14 +209,16 @@ def test_retention_drops_an_old_day_whole_and_keeps_a_day_with_a_pending_run(own
 
 def test_retention_never_deletes_rows_of_a_day_that_is_not_wholly_past(owner):
     job = make_job(owner, overlap_policy="allow")
-    now = db_now()
-    run = add_run(job, now - 2 * S, state="succeeded")
+    # Times of today fixed from its midnight, so that a run just after
+    # midnight cannot put the run and the cutoff on two days.
+    day = midnight(today())
+    run = add_run(job, day + S, state="succeeded")
     # The cutoff falls later in the run's day: the day is kept whole, to be
     # dropped once all of it is past.
-    done = retention.expire(now - S)
+    done = retention.expire(day + 2 * S)
     assert (done.runs_deleted, done.days_dropped) == (0, [])
     assert Run.objects.filter(pk=run.pk).exists()
-    assert retention.row_cutoff(now - S) == midnight(now.date())
+    assert retention.row_cutoff(day + 2 * S) == day
 
 
 def test_one_fire_one_run_across_partitions(owner):
