@@ -59,10 +59,12 @@ class Explained:
         ]
 
     def relations_read_by(self, index_suffix: str) -> set[str]:
-        """The tables (partitions) read through an index whose name ends
-        with ``index_suffix``."""
+        """The tables (partitions) read through an index whose name is the
+        table's followed by ``index_suffix`` (as PostgreSQL names a
+        partition's copy of a partitioned index). By the index's name: a
+        Bitmap Index Scan does not name its table."""
         return {
-            node["Relation Name"]
+            node["Index Name"].removesuffix(index_suffix)
             for node in _nodes(self.plan.get("Plan", {}))
             if node.get("Index Name", "").endswith(index_suffix)
         }
