@@ -58,15 +58,18 @@ class Explained:
             if node.get("Relation Name") == relation and node["Node Type"].endswith("Scan")
         ]
 
-    def relations_read_by(self, index_suffix: str) -> set[str]:
-        """The tables (partitions) read through an index whose name is the
-        table's followed by ``index_suffix`` (as PostgreSQL names a
-        partition's copy of a partitioned index). By the index's name: a
-        Bitmap Index Scan does not name its table."""
+    def relations_read(self, prefix: str, under: str = "") -> set[str]:
+        """The tables (partitions) whose name starts with ``prefix`` that the
+        plan reads, in the whole plan or in the subplan named ``under``
+        ("CTE due"), whatever the scan: a Bitmap Index Scan's table is named
+        by the Bitmap Heap Scan above it."""
+        top = self.plan.get("Plan", {})
+        if under:
+            (top,) = [n for n in _nodes(top) if n.get("Subplan Name") == under]
         return {
-            node["Index Name"].removesuffix(index_suffix)
-            for node in _nodes(self.plan.get("Plan", {}))
-            if node.get("Index Name", "").endswith(index_suffix)
+            node["Relation Name"]
+            for node in _nodes(top)
+            if node.get("Relation Name", "").startswith(prefix)
         }
 
     def problems(self) -> list[str]:
