@@ -240,9 +240,9 @@ END"""
 # (tests/integration/test_hot_plans.py, "a tick reads the jobs it locked by
 # their address"). Finding rows by ctid is safe because this transaction
 # holds the rows FOR NO KEY UPDATE (as LOCK_DUE_JOBS, for the same reason)
-# from the first statement on: no one else can update, delete or move them (a claim's KEY SHARE lock
-# moves nothing), so their ctids and next_fire_at (the fire that was named)
-# are the ones the first statement read. Both aggregates read the locked
+# from the first statement on: no one else can update, delete or move them
+# (a claim's KEY SHARE lock moves nothing), so their ctids and next_fire_at
+# (the fire that was named) are the ones the first statement read. Both aggregates read the locked
 # rows in one pass, so the n-th ctid and the n-th name are the same job's.
 LOCK_SIMPLE_INTERVALS = f"""
     SELECT string_agg(tid, ' ') AS tids, string_agg(name, ',') AS names,

@@ -47,3 +47,19 @@ def rewrite_job(job: Job, **fields) -> None:
             [job.pk],
         )
     job.refresh_from_db()
+
+
+def succeeded(claimed, **fields):
+    """The worker's result for a claimed run (runs/leases.py Claimed) whose
+    attempt succeeded, as ``outcomes.complete`` takes it; ``fields`` add to
+    or replace the Result's."""
+    from runs import outcomes
+
+    return outcomes.Result(
+        run_id=claimed.run_id,
+        job_id=claimed.job_id,
+        attempt=claimed.attempt,
+        state="succeeded",
+        scheduled_at=claimed.scheduled_at,
+        **fields,
+    )

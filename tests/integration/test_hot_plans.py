@@ -31,7 +31,7 @@ from jobs.models import Job
 from runs import identity, leases, outcomes
 from runs.models import Run, RunKind
 from tests import plans
-from tests.factories import make_job, rewrite_job
+from tests.factories import make_job, rewrite_job, succeeded
 from tests.integration.api.support import PUBLIC_URL, token_client
 from tests.plans import explaining, jit_everywhere
 
@@ -368,18 +368,7 @@ def test_a_completion_and_a_heartbeat_read_a_bounded_number_of_buffers_per_run(
     assert len(claimed) == 200
     with explaining(lambda sql: "UPDATE runs_run" in sql) as statements:
         if statement == "completion":
-            results = [
-                outcomes.Result(
-                    run_id=c.run_id,
-                    job_id=c.job_id,
-                    attempt=c.attempt,
-                    state="succeeded",
-                    scheduled_at=c.scheduled_at,
-                    started_at=c.scheduled_at,
-                    duration_ms=1,
-                )
-                for c in claimed
-            ]
+            results = [succeeded(c, started_at=c.scheduled_at, duration_ms=1) for c in claimed]
             assert len(outcomes.complete("w1", results).applied) == 200
         else:
             held = leases.heartbeat(

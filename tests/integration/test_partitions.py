@@ -14,7 +14,7 @@ from django.db import IntegrityError, connection, connections, transaction
 from core.db import db_now
 from runs import leases, outcomes, partitions, retention
 from runs.models import Attempt, Run
-from tests.factories import make_job
+from tests.factories import make_job, succeeded
 
 pytestmark = pytest.mark.django_db
 
@@ -353,17 +353,7 @@ def test_claim_heartbeat_and_complete_work_in_a_day_partition_and_the_default(ow
         "w1", [(c.run_id, c.attempt) for c in claimed], now=now + S, scheduled=scheduled
     )
     assert set(kept) == {recent.pk, ancient.pk}
-    results = [
-        outcomes.Result(
-            run_id=c.run_id,
-            job_id=c.job_id,
-            attempt=c.attempt,
-            state="succeeded",
-            status_code=200,
-            scheduled_at=c.scheduled_at,
-        )
-        for c in claimed
-    ]
+    results = [succeeded(c, status_code=200) for c in claimed]
     done = outcomes.complete("w1", results, now=now + 2 * S)
     assert set(done.applied) == {recent.pk, ancient.pk}
     for run in (recent, ancient):
