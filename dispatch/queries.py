@@ -188,7 +188,7 @@ END"""
 # instead of stepped. Its skipped row stands for every fire from there on
 # (``fires`` NULL), the job leaves the due set (next_fire_at NULL,
 # parked_since the fire); when one of its runs ends, the trigger
-# run_unparks_job (runs/migrations/0014) counts the fires declined and sets
+# run_unparks_jobs (runs/migrations/0015) counts the fires declined and sets
 # the next one. A dispatcher that keeps up does not park: a fire declined by
 # the active run is one skipped row and the job steps on. Measured
 # (docs/benchmarks.md "Overload"), a parking and its end (the held run's

@@ -272,7 +272,7 @@ class Job(models.Model):
     # while its run was active leaves the due set until that run ends. This is
     # the first fire it declined (its ``skipped`` run stands for every fire
     # from here on, runs/models.py Run.fires); next_fire_at is NULL meanwhile.
-    # The end of the run (runs/migrations/0014, jobs_unpark) sets the next fire
+    # The end of the run (runs/migrations/0015, jobs_unpark_all) sets the next fire
     # and clears this. Never set for a job that is not active.
     parked_since = models.DateTimeField(null=True, blank=True, editable=False)
     # Fires past the recorded cap of a recovery (docs/concepts/misfire-and-overlap.md

@@ -3,7 +3,7 @@ while its run is active").
 
 The dispatcher's fast path parks a job (dispatch/queries.py
 DISPATCH_SIMPLE_INTERVALS) and the end of the run it waits for unparks it
-(the trigger run_unparks_job, runs/migrations/0014). An owner's verb that
+(the trigger run_unparks_jobs, runs/migrations/0015). An owner's verb that
 pauses, deletes or re-plans a parked job ends the parking first, at its own
 ``now`` (runs/job_verbs.py settle_due_fires): the fires declined until then
 are counted on the skipped run, and the job has a next fire again that the
@@ -17,7 +17,7 @@ import uuid
 
 from django.db import connection
 
-# The database function of migration 0014, then the job's next fire it set.
+# The database function of migrations 0014 and 0015, then the job's next fire it set.
 UNPARK = "SELECT jobs_unpark(%s, %s)"
 NEXT_FIRE = "SELECT next_fire_at FROM jobs_job WHERE id = %s"
 

@@ -110,6 +110,32 @@ def test_the_end_of_the_run_unparks_the_job_and_counts_the_fires_declined(owner)
     assert (report.counts["slots"], report.counts["slots_run"]) == (5, 5)
 
 
+def test_one_completion_of_several_runs_unparks_each_of_their_jobs(owner):
+    """The trigger ends the parkings of a whole statement at once
+    (runs/migrations/0015): each job of the batch gets its own count and
+    next fire, and the claim and heartbeat before it end none."""
+    jobs = [ten_second_job(owner, name=f"parked-{n}") for n in range(3)]
+    Dispatcher().tick(now=T0 + S)
+    Dispatcher().tick(now=T0 + 2 * STEP + S)
+    claimed = leases.claim("w1", limit=10, lease_seconds=60, now=T0 + 30 * S)
+    assert len(claimed) == 3
+    assert leases.heartbeat("w1", [(c.run_id, c.attempt) for c in claimed], now=T0 + 31 * S)
+    for job in jobs:
+        job.refresh_from_db()
+        assert (job.next_fire_at, job.parked_since) == (None, T0 + STEP)
+    results = [
+        outcomes.Result(run_id=c.run_id, job_id=c.job_id, attempt=c.attempt, state="succeeded")
+        for c in claimed
+    ]
+    assert len(outcomes.complete("w1", results, now=T0 + 35 * S).applied) == 3
+    for job in jobs:
+        job.refresh_from_db()
+        assert (job.next_fire_at, job.parked_since) == (T0 + 4 * STEP, None)
+        assert runs_of(job)[1].fires == 3
+    report = audit(now=T0 + 4 * STEP)
+    assert report.ok, report.render()
+
+
 def test_a_run_that_ends_on_a_fire_lets_that_fire_run(owner):
     """The fires declined are those before the run's end: a fire at the very
     instant it ended is the job's next."""
