@@ -43,6 +43,14 @@ UNPARK_ALL = f"""
 CREATE FUNCTION jobs_unpark_all(jobs uuid[], uptos timestamptz[])
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
+    -- Each table is also asked for ``= ANY(jobs)``, which every scan can take
+    -- as its index condition whatever the join: PL/pgSQL keeps the plan it
+    -- made first in a session, and one made while the day's partition was
+    -- nearly empty (a new day, or after a TRUNCATE) joined the skipped runs
+    -- with a scan of the whole of run_fire_range_idx per job, the join's
+    -- keys a filter. Under overload that was 23,626 index entries read per
+    -- job, a completion of 261 runs took 3.6 s, and the workers starved
+    -- (auto_explain, bench e2e at 80,000 jobs on 18 and 15).
     WITH ended AS (
         SELECT u.job_id, min(u.upto) AS upto
         FROM unnest(jobs, uptos) AS u(job_id, upto)
@@ -50,7 +58,7 @@ BEGIN
     ), parked AS (
         SELECT j.id, j.parked_since, j.interval_seconds, j.end_at, e.upto
         FROM jobs_job AS j JOIN ended AS e ON e.job_id = j.id
-        WHERE j.parked_since IS NOT NULL
+        WHERE j.id = ANY(jobs) AND j.parked_since IS NOT NULL
         ORDER BY j.id
         FOR NO KEY UPDATE OF j
     ), declined AS (
@@ -81,10 +89,11 @@ BEGIN
         UPDATE runs_run AS r SET fires = c.fires
         FROM counted AS c
         WHERE r.job_id = c.id AND r.scheduled_at = c.parked_since AND r.fires IS NULL
+          AND r.job_id = ANY(jobs)
     )
     UPDATE jobs_job AS j SET next_fire_at = c.nxt, parked_since = NULL
     FROM counted AS c
-    WHERE j.id = c.id;
+    WHERE j.id = c.id AND j.id = ANY(jobs);
 END
 $$;
 
