@@ -245,7 +245,12 @@ def scenario_overload(*, jobs: int, **e2e) -> dict:
     e2e at rising loads), then at twice as many jobs: past its peak an
     install should deliver about as much, not less, and account for every
     fire (the overlap policy records the ones it cannot run as skipped).
-    The figure is the ratio of the two delivery rates."""
+    The figure is the ratio of the two delivery rates: deliveries started
+    while the load was offered (``twice_over_peak``), and, beside it, the
+    window's fires delivered (``twice_over_peak_window_fires``). Past the
+    peak, under overlap ``skip``, each job delivers one fire in k for a k
+    set by the queue, so the second counts k's steps (5 or 6 of 6 fires), not
+    the deliveries made."""
     at_peak = scenario_e2e(jobs=jobs, **e2e)
     at_twice = scenario_e2e(jobs=2 * jobs, **e2e)
     for run in (at_peak, at_twice):
@@ -257,8 +262,8 @@ def scenario_overload(*, jobs: int, **e2e) -> dict:
         **{
             name: round(at_twice[rate] / at_peak[rate], 3) if at_peak[rate] else None
             for name, rate in (
-                ("twice_over_peak", "deliveries_per_s"),
-                ("twice_over_peak_in_window", "delivered_in_window_per_s"),
+                ("twice_over_peak", "delivered_in_window_per_s"),
+                ("twice_over_peak_window_fires", "deliveries_per_s"),
             )
         },
     }
