@@ -188,6 +188,29 @@ def test_the_end_of_a_parking_finds_its_skipped_run_by_key_whatever_the_join(own
     assert read <= 50, f"{read} runs read to end one parking"
 
 
+def test_a_completion_that_ends_one_run_and_retries_another_unparks_only_the_first(owner):
+    """The trigger takes the runs that left the active states, not every
+    run the statement touched: a retry in the same batch keeps its job parked."""
+    ended, retried = (ten_second_job(owner, name=n, max_attempts=3) for n in ("ended", "retried"))
+    Dispatcher().tick(now=T0 + S)
+    Dispatcher().tick(now=T0 + 2 * STEP + S)
+    claimed = {c.job_id: c for c in leases.claim("w1", limit=10, lease_seconds=60, now=T0 + 30 * S)}
+    results = [
+        outcomes.Result(
+            run_id=c.run_id,
+            job_id=c.job_id,
+            attempt=c.attempt,
+            state="succeeded" if c.job_id == ended.pk else "retrying",
+        )
+        for c in claimed.values()
+    ]
+    assert len(outcomes.complete("w1", results, now=T0 + 35 * S).applied) == 2
+    ended.refresh_from_db()
+    retried.refresh_from_db()
+    assert (ended.next_fire_at, ended.parked_since) == (T0 + 4 * STEP, None)
+    assert (retried.next_fire_at, retried.parked_since) == (None, T0 + STEP)
+
+
 def test_a_run_that_ends_on_a_fire_lets_that_fire_run(owner):
     """The fires declined are those before the run's end: a fire at the very
     instant it ended is the job's next."""
