@@ -40,6 +40,14 @@ def ten_second_job(owner, **fields) -> Job:
     return job
 
 
+def fire_then_fall_behind() -> None:
+    """The tick that makes the runs of T0, then one that finds the fires of
+    T0 + 10 s and T0 + 20 s due at once (the dispatcher is behind): it parks
+    every ten_second_job whose run of T0 is still pending, from T0 + 10 s on."""
+    Dispatcher().tick(now=T0 + S)
+    Dispatcher().tick(now=T0 + 2 * STEP + S)
+
+
 def parked_job(owner, **fields) -> tuple[Job, Run]:
     """A job whose run of T0 is still pending when the dispatcher, behind,
     finds its fires of T0 + 10 s and T0 + 20 s due: the tick parks it from
@@ -117,8 +125,7 @@ def test_one_completion_of_several_runs_unparks_each_of_their_jobs(owner):
     (runs/migrations/0015): each job of the batch gets its own count and
     next fire, and the claim and heartbeat before it end none."""
     jobs = [ten_second_job(owner, name=f"parked-{n}") for n in range(3)]
-    Dispatcher().tick(now=T0 + S)
-    Dispatcher().tick(now=T0 + 2 * STEP + S)
+    fire_then_fall_behind()
     claimed = leases.claim("w1", limit=10, lease_seconds=60, now=T0 + 30 * S)
     assert len(claimed) == 3
     assert leases.heartbeat("w1", [(c.run_id, c.attempt) for c in claimed], now=T0 + 31 * S)
@@ -192,8 +199,7 @@ def test_a_completion_that_ends_one_run_and_retries_another_unparks_only_the_fir
     """The trigger takes the runs that left the active states, not every
     run the statement touched: a retry in the same batch keeps its job parked."""
     ended, retried = (ten_second_job(owner, name=n, max_attempts=3) for n in ("ended", "retried"))
-    Dispatcher().tick(now=T0 + S)
-    Dispatcher().tick(now=T0 + 2 * STEP + S)
+    fire_then_fall_behind()
     claimed = {c.job_id: c for c in leases.claim("w1", limit=10, lease_seconds=60, now=T0 + 30 * S)}
     results = [
         outcomes.Result(
