@@ -197,19 +197,20 @@ END"""
 # its first declined fire made an install deliver less past its peak than
 # at it. An install far past its peak falls behind most jobs, and there
 # parking keeps the dispatcher's work at a few rows per delivery, however
-# many fires each run declines. HOLD_ACTIVE_RUNS locks the active runs SKIP LOCKED, so
-# that a run cannot end unseen between this statement's read and its commit
-# (the run's end waits for this commit and finds the job parked); a run
-# locked by someone else (its claim, a heartbeat, its completion) is not
-# waited for: the job is then left to the planned path, which skips its
-# fires a row each. The skipped row goes in first and the job parks only if
-# it did (ON CONFLICT: a fire that already had a row, a backfill's say, is
-# not a parking's first fire).
+# many fires each run declines. A run cannot end unseen between this
+# statement's read and its commit: the end of an exclusive run locks its job
+# (runs/migrations/0016), and the tick holds its jobs locked from its first
+# statement on. So either the run's end holds the job first, and the tick
+# does not take the job (SKIP LOCKED) until the run has ended; or the tick
+# holds it first, and the run's end waits for this commit and finds the job
+# parked. The skipped row goes in first and the job parks only if it did
+# (ON CONFLICT: a fire that already had a row, a backfill's say, is not a
+# parking's first fire).
 #
 # A job with an end_at takes this path too: its next fire is NULL (the job
 # is finished) once the one after this would be past end_at.
 #
-# Two statements (and HOLD_ACTIVE_RUNS between them), set-based, because
+# Two statements, set-based, because
 # run ids are uuid5 of the fire (runs/identity.py) and PostgreSQL cannot hash
 # them without extensions:
 # LOCK_SIMPLE_INTERVALS locks the due jobs and returns each fire's name,
@@ -246,10 +247,9 @@ END"""
 # rows in one pass, so the n-th ctid and the n-th name are the same job's.
 LOCK_SIMPLE_INTERVALS = f"""
     SELECT string_agg(tid, ' ') AS tids, string_agg(name, ',') AS names,
-           string_agg(second, ',') AS seconds, string_agg(skip, ',') AS skips
+           string_agg(second, ',') AS seconds
     FROM (
         SELECT ctid::text AS tid,
-               CASE WHEN overlap_policy = 'skip' AND {SEVERAL_DUE} THEN id::text END AS skip,
                {identity.FIRE_NAME_SQL.format(job="id", at="next_fire_at")} AS name,
                {
     identity.FIRE_NAME_SQL.format(
@@ -265,22 +265,6 @@ LOCK_SIMPLE_INTERVALS = f"""
         LIMIT %(limit)s
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS locked
-"""
-# Between the two: the active runs of the locked jobs under overlap skip
-# with several fires due, locked (the jobs whose fires their run declines,
-# the parkings' holders: DISPATCH_SIMPLE_INTERVALS): their jobs' ids. A
-# statement of its own, on one table: SKIP LOCKED re-checks a row another transaction
-# changed meanwhile (EvalPlanQual), which inside the data-modifying
-# statement below crashed PostgreSQL 18.6's backend under load.
-HOLD_ACTIVE_RUNS = """
-    SELECT string_agg(DISTINCT a.job_id::text, ',') AS holders
-    FROM (
-        SELECT a.id, a.scheduled_at, a.job_id FROM runs_run AS a
-        WHERE a.job_id = ANY(string_to_array(%(skips)s, ',')::uuid[])
-          AND a.state IN ('pending', 'running', 'retrying')
-          AND a.scheduled_at >= %(floor)s AND a.scheduled_at < %(ceiling)s
-        FOR NO KEY UPDATE SKIP LOCKED
-    ) AS a
 """
 # The second statement's pricing: its jobs' pages are in memory (above).
 JOBS_IN_MEMORY = "SET LOCAL random_page_cost = 1"
@@ -306,7 +290,9 @@ DISPATCH_SIMPLE_INTERVALS = f"""
                 AND x.scheduled_at < due.next_fire_at
                     + make_interval(secs => due.due_count * due.interval_seconds))
     ), holders AS (
-        SELECT unnest(string_to_array(%(holders)s, ','))::uuid AS job_id
+        -- The jobs parked behind their active run (the overlap probe's).
+        SELECT due.id AS job_id FROM due
+        WHERE due.several AND due.skipped AND due.overlap_policy = 'skip'
     ), ins AS (
         INSERT INTO runs_run ({RUN_COLUMNS_SQL}, fires)
         SELECT due.run_id, due.id, due.next_fire_at, 'scheduled',
@@ -406,13 +392,9 @@ def dispatch_simple_intervals(
     params: dict = {"now": now, "limit": limit}
     with connection.cursor() as cur:
         cur.execute(LOCK_SIMPLE_INTERVALS.format(shard=_shard(params, shard)), params)
-        tids, names, seconds, skips = cur.fetchone()
+        tids, names, seconds = cur.fetchone()
         if tids is None:
             return 0, {}, {}
-        holders = None
-        if skips:
-            cur.execute(HOLD_ACTIVE_RUNS, {"skips": skips, "floor": floor, "ceiling": ceiling})
-            holders = cur.fetchone()[0]
         run_ids = ",".join(identity.ids_for_names(names.split(",")))
         second_ids = ",".join(identity.ids_for_names(seconds.split(",")))
         cur.execute(JOBS_IN_MEMORY)
@@ -423,7 +405,6 @@ def dispatch_simple_intervals(
                 "tids": tids,
                 "run_ids": run_ids,
                 "second_ids": second_ids,
-                "holders": holders or "",
                 "floor": floor,
                 "ceiling": ceiling,
             },

@@ -48,7 +48,7 @@ scheduled on 2026-12-01 and their attempts.
   database's clock. Fires are made once due, a manual run or a test
   delivery is scheduled at its trigger's time (runs/job_verbs.py), and
   backfills and retries are for past fires. The dispatcher's overlap probes
-  (dispatch/queries.py OVERLAP_SKIPS, HOLD_ACTIVE_RUNS, ACTIVE_COUNTS) add
+  (dispatch/queries.py OVERLAP_SKIPS, ACTIVE_COUNTS) add
   ``scheduled_at < ceiling``, the tick's time plus ``ACTIVE_CEILING_MARGIN``,
   so the planner leaves out the coming week's partitions, which hold no
   active run: each probe reads today's and tomorrow's partitions (and the
