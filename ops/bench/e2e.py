@@ -104,7 +104,16 @@ def scenario_e2e(
     )
     lags, duplicates, redeliveries = _deliveries(entries, t_start, t_stop)
     t0, t1 = t_start.timestamp(), t_stop.timestamp()
-    started_in_window = {e["webhook_id"] for e in entries if t0 <= e["t"] < t1}
+    first_start: dict[str, float] = {}
+    for e in entries:
+        if t0 <= e["t"] < t1:
+            first_start.setdefault(e["webhook_id"], e["t"])
+    started_in_window = set(first_start)
+    # The same deliveries by 5 s of the window: how the rate settles after
+    # the fleet starts (under overload, the first pass over every job).
+    per_5s = [0] * max(1, int(-(-duration // 5)))
+    for w in started_in_window:
+        per_5s[int((first_start[w] - t0) // 5)] += 1
     return {
         "offered_per_s": round(jobs / interval, 1),
         "deliveries_per_s": round(len(lags) / duration, 1),
@@ -114,6 +123,7 @@ def scenario_e2e(
         # window's fires instead, also those delivered in the drain after it
         # (an install far behind is credited with its late deliveries).
         "delivered_in_window_per_s": round(len(started_in_window) / duration, 1),
+        "delivered_in_window_by_5s_per_s": [round(n / 5, 1) for n in per_5s],
         "fires_expected": expected,
         "fires_by_state": states,
         "lag_seconds": {

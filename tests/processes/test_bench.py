@@ -82,6 +82,10 @@ def test_e2e_scenario_has_no_duplicate_or_lost_fires(receiver):
     expect(sum(result["fires_by_state"].values()) == 200, result)
     expect(result["fires_by_state"].get("succeeded", 0) > 0, result)
     expect(result["deliveries_per_s"] > 0, result)
+    # The window's deliveries by 5 s: one bucket for 4 s, the same deliveries
+    # (each rate rounded to 0.1/s).
+    [bucket] = result["delivered_in_window_by_5s_per_s"]
+    expect(abs(bucket * 5 - result["delivered_in_window_per_s"] * 4) <= 0.5, result)
     expect(set(result["lag_seconds"]) == {"p50", "p95", "p99"}, result)
     processes = {"receiver", "dispatcher", "worker0", "web"}
     if postgres_cpu_seconds() is not None:  # the server is on this host
