@@ -48,8 +48,19 @@ LOCK_FIRST = """BEGIN
     PERFORM 1 FROM jobs_job AS j WHERE j.id = ANY(jobs) ORDER BY j.id FOR NO KEY UPDATE;
 """
 
+# The parked jobs among them are then read without locking them again.
+PARKED_LOCKED = """        WHERE j.id = ANY(jobs) AND j.parked_since IS NOT NULL
+        ORDER BY j.id
+        FOR NO KEY UPDATE OF j
+"""
+PARKED_HELD = """        WHERE j.id = ANY(jobs) AND j.parked_since IS NOT NULL
+"""
+
 assert LOCK_PARKED_ONLY.count(FIRST_STATEMENT) == 1
-LOCK_EVERY_JOB = LOCK_PARKED_ONLY.replace(FIRST_STATEMENT, LOCK_FIRST)
+assert LOCK_PARKED_ONLY.count(PARKED_LOCKED) == 1
+LOCK_EVERY_JOB = LOCK_PARKED_ONLY.replace(FIRST_STATEMENT, LOCK_FIRST).replace(
+    PARKED_LOCKED, PARKED_HELD
+)
 
 
 class Migration(migrations.Migration):
