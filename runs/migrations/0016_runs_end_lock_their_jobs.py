@@ -14,8 +14,9 @@ workers' completions wait for the tick.
 
 Now every run of an exclusive job that leaves the active states locks its
 job (FOR NO KEY UPDATE, in id order, as before), whether the job is parked
-or not, and the statement decides on the job as it is once the lock is
-granted. The dispatcher holds each job it ticks under the same lock from the
+or not, in a statement of its own; the parking's end then reads the jobs in
+the next statement, which sees what committed before the lock was granted.
+The dispatcher holds each job it ticks under the same lock from the
 tick's first statement to its commit, so the two are ordered by the job's
 row: either the run's end holds the job first (the tick skips the job, SKIP
 LOCKED, and takes it next tick, when the run has ended), or the tick holds
