@@ -23,6 +23,8 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 
+from psycopg.types.json import Jsonb
+
 from alerts import events as alert_events
 from core.db import db_now, dict_cursor, hot_transaction
 from runs import notify, stats
@@ -83,39 +85,55 @@ class Completed:
 # still stops the job; a manual run made during the pause keeps its retries.
 # LOCK_RETRYING_JOBS runs first, so this statement's snapshot shows every
 # pause that committed before it.
+#
+# The batch is one JSON object, each result under its run's id (RESULT), and
+# the runs are found by their ids (a list of constants: their key, or a hash
+# of them beside the window's scheduled_at), not by a join with the batch.
+# Joined, the plan depended on the planner's estimate of the runs in the
+# batch's window, which its statistics make one on a busy install (they have
+# not seen the newest runs running yet): it then scanned the whole batch again
+# for each run it found, the batch's square (117,000 rows compared for 343
+# runs in a bench, 80 % of the statement's time, the largest share of
+# PostgreSQL's time under overload; tests/integration/test_hot_plans.py "a
+# completion meets each result with its run once"). A result's fields are read
+# from the object by the run's id (a binary search of its keys), and the
+# attempt rows take theirs from the update's RETURNING.
+RESULT = "(%(results)s -> r.id::text)"
+# Why a retry may not start (NULL: it may): 'deleted' or 'paused'. A
+# subquery, so that the job is read for retries only.
+STOPPED = (
+    """(SELECT CASE WHEN NOT ("""
+    + RUN_MAY_START.format(run="r", job="j")
+    + """)
+        THEN CASE WHEN j.deleted_at IS NOT NULL THEN 'deleted' ELSE 'paused' END END
+    FROM jobs_job AS j WHERE j.id = r.job_id)"""
+)
+CANCEL = f"CASE WHEN {RESULT} ->> 'state' = 'retrying' THEN {STOPPED} END"
+RETRY = f"({RESULT} ->> 'state' = 'retrying' AND {CANCEL} IS NULL)"
 COMPLETE = (
-    """
-    WITH v AS (
-        SELECT * FROM jsonb_to_recordset(%(results)s::jsonb) AS v(
-            id uuid, attempt int, state text, available_at timestamptz, status_code int,
-            error text, reason text, response text, outcome text, started_at timestamptz,
-            duration_ms int)
-    ), w AS (
-        SELECT v.*, (v.state = 'retrying' AND NOT ("""
-    + RUN_MAY_START.format(run="r0", job="j")
-    + """))
-               AS cancel,
-               j.deleted_at IS NOT NULL AS deleted
-        FROM v JOIN runs_run AS r0 ON r0.id = v.id JOIN jobs_job AS j ON j.id = r0.job_id
-        WHERE r0.scheduled_at BETWEEN %(lo)s AND %(hi)s
-    ), done AS (
+    f"""
+    WITH done AS (
         UPDATE runs_run AS r SET
-            state = CASE WHEN w.cancel THEN 'cancelled' ELSE w.state END,
-            reason = CASE WHEN w.cancel THEN (CASE WHEN w.deleted THEN 'deleted' ELSE 'paused' END)
-                          ELSE w.reason END,
-            available_at = CASE WHEN w.state = 'retrying' AND NOT w.cancel THEN w.available_at END,
-            finished_at = CASE WHEN w.state = 'retrying' AND NOT w.cancel THEN NULL
-                               ELSE %(now)s END,
+            state = coalesce(CASE WHEN {CANCEL} IS NOT NULL THEN 'cancelled' END,
+                             {RESULT} ->> 'state'),
+            reason = coalesce({CANCEL}, {RESULT} ->> 'reason'),
+            available_at = CASE WHEN {RETRY}
+                                THEN ({RESULT} ->> 'available_at')::timestamptz END,
+            finished_at = CASE WHEN {RETRY} THEN NULL ELSE %(now)s END,
             lease_owner = '',
             lease_until = NULL,
-            last_status_code = w.status_code,
-            last_error = w.error,
-            last_response = w.response
-        FROM w
-        WHERE r.id = w.id AND r.scheduled_at BETWEEN %(lo)s AND %(hi)s AND"""
-    + LEASE_HELD.format(attempt="w.attempt")
-    + """
-        RETURNING r.id, r.scheduled_at, r.kind
+            last_status_code = ({RESULT} ->> 'status_code')::int,
+            last_error = {RESULT} ->> 'error',
+            last_response = {RESULT} ->> 'response'
+        WHERE r.id = ANY(string_to_array(%(ids)s, ',')::uuid[])
+          AND r.scheduled_at BETWEEN %(lo)s AND %(hi)s AND"""
+    + LEASE_HELD.format(attempt=f"({RESULT} ->> 'attempt')::int")
+    + f"""
+        RETURNING r.id, r.scheduled_at, r.kind, r.attempt,
+                  ({RESULT} ->> 'started_at')::timestamptz AS started_at,
+                  {RESULT} ->> 'outcome' AS outcome,
+                  ({RESULT} ->> 'duration_ms')::int AS duration_ms,
+                  r.last_status_code, r.last_error, r.last_response
     ), attempts AS (
         -- The attempt of each applied result; the unique (run, number) key
         -- turns an attempt recorded twice (a completion retried after a lost
@@ -123,9 +141,9 @@ COMPLETE = (
         INSERT INTO runs_attempt
             (run_id, scheduled_at, number, worker, started_at, finished_at, outcome,
              status_code, duration_ms, error, response)
-        SELECT d.id, d.scheduled_at, v.attempt, %(owner)s, v.started_at, %(now)s, v.outcome,
-               v.status_code, v.duration_ms, left(v.error, 500), v.response
-        FROM done AS d JOIN v ON v.id = d.id
+        SELECT d.id, d.scheduled_at, d.attempt, %(owner)s, d.started_at, %(now)s, d.outcome,
+               d.last_status_code, d.duration_ms, left(d.last_error, 500), d.last_response
+        FROM done AS d
         ON CONFLICT DO NOTHING
     )
     SELECT id, scheduled_at, kind FROM done
@@ -260,15 +278,7 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
         with dict_cursor() as cur:
             if retrying_jobs:
                 cur.execute(LOCK_RETRYING_JOBS, {"ids": retrying_jobs})
-            cur.execute(
-                COMPLETE,
-                {
-                    "now": now,
-                    "owner": owner,
-                    "results": _as_json(results, now),
-                    **window(r.scheduled_at for r in results),
-                },
-            )
+            cur.execute(COMPLETE, complete_params(owner, results, now))
             rows = cur.fetchall()
         applied = {row["id"]: row["scheduled_at"] for row in rows}
         tests = _test_runs(rows)
@@ -292,30 +302,39 @@ def complete(owner: str, results: list[Result], now: dt.datetime | None = None) 
     return done
 
 
-def _as_json(results: list[Result], now: dt.datetime) -> str:
-    """COMPLETE's one parameter: the batch as a JSON list, one object per
-    result. psycopg builds array parameters element by element in Python
-    (eleven arrays were a sixth of a busy worker's database thread); the
-    JSON encoder is C."""
-    return json.dumps(
-        [
-            {
-                "id": str(r.run_id),
-                "attempt": r.attempt,
-                "state": r.state,
-                "available_at": (now + dt.timedelta(seconds=r.retry_in)).isoformat(),
-                "status_code": r.status_code,
-                "error": r.error[:2000],
-                "reason": r.reason,
-                "response": r.response[:MAX_RESPONSE_CHARS],
-                "outcome": r.attempt_outcome,
-                "started_at": r.started_at.isoformat() if r.started_at else None,
-                "duration_ms": r.duration_ms,
-            }
-            for r in results
-        ],
-        separators=(",", ":"),
-    )
+def complete_params(owner: str, results: list[Result], now: dt.datetime) -> dict:
+    """COMPLETE's parameters. The batch is one JSON object, a result under
+    each run's id, sent typed as jsonb (so that the statement's many reads
+    of it do not parse it again each): psycopg builds array parameters
+    element by element in Python (eleven arrays were a sixth of a busy
+    worker's database thread); the JSON encoder is C. The ids go as one
+    string too."""
+    batch = {
+        str(r.run_id): {
+            "attempt": r.attempt,
+            "state": r.state,
+            "available_at": (now + dt.timedelta(seconds=r.retry_in)).isoformat(),
+            "status_code": r.status_code,
+            "error": r.error[:2000],
+            "reason": r.reason,
+            "response": r.response[:MAX_RESPONSE_CHARS],
+            "outcome": r.attempt_outcome,
+            "started_at": r.started_at.isoformat() if r.started_at else None,
+            "duration_ms": r.duration_ms,
+        }
+        for r in results
+    }
+    return {
+        "now": now,
+        "owner": owner,
+        "results": Jsonb(batch, dumps=_compact),
+        "ids": ",".join(batch),
+        **window(r.scheduled_at for r in results),
+    }
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _test_runs(rows: list[dict]) -> set[uuid.UUID]:

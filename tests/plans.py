@@ -49,6 +49,20 @@ class Explained:
         top = self.plan.get("Plan", {})
         return int(top.get("Shared Hit Blocks", 0)) + int(top.get("Shared Read Blocks", 0))
 
+    @property
+    def rows_handled(self) -> int:
+        """Rows that the plan's nodes produced, each node's rows times its
+        loops, summed: the executor's work, counted rather than timed. A
+        nested loop that scans a whole batch again for every row it joins
+        (a Join Filter where an index lookup or a hash was meant) handles
+        the batch's square."""
+        return int(
+            sum(
+                node.get("Actual Rows", 0) * node.get("Actual Loops", 1)
+                for node in _nodes(self.plan.get("Plan", {}))
+            )
+        )
+
     def scans_of(self, relation: str) -> list[str]:
         """The scans that read ``relation`` (a table's name, as the plan
         names it), in plan order: "Tid Scan", "Seq Scan", ..."""

@@ -396,12 +396,8 @@ def test_heartbeat_and_complete_look_only_in_their_batch_s_days(owner):
     result = outcomes.Result(
         run_id=Run().id, job_id=Run().id, attempt=1, state="succeeded", status_code=200
     )
-    complete = {
-        "results": outcomes._as_json([result], now),
-        "now": now,
-        "owner": "w1",
-        **leases.window([start + S]),
-    }
+    complete = outcomes.complete_params("w1", [result], now)
+    complete.update(leases.window([start + S]))
     with connection.cursor() as cur:
         cur.execute("EXPLAIN " + outcomes.COMPLETE, complete)
         plan = "\n".join(row[0] for row in cur.fetchall())

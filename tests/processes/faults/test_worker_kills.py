@@ -48,7 +48,7 @@ SEED = 8
 KILLS = 20
 LEASE = 2
 CLAIM = "%WITH c AS%"  # runs/leases.py CLAIM_EXPIRED and CLAIM_WAITING
-COMPLETE = "%WITH v AS%"  # runs/outcomes.py COMPLETE
+COMPLETE = "%WITH done AS%"  # runs/outcomes.py COMPLETE
 
 
 def test_sigkilled_workers_lose_no_fire_and_every_redelivery_keeps_its_id(
