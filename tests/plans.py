@@ -72,6 +72,12 @@ class Explained:
             if node.get("Relation Name") == relation and node["Node Type"].endswith("Scan")
         ]
 
+    def indexes_read(self) -> set[str]:
+        """The indexes the plan reads, by name, whatever the scan."""
+        return {
+            node["Index Name"] for node in _nodes(self.plan.get("Plan", {})) if "Index Name" in node
+        }
+
     def relations_read(self, prefix: str, under: str = "") -> set[str]:
         """The tables (partitions) whose name starts with ``prefix`` that the
         plan reads, in the whole plan or in the subplan named ``under``

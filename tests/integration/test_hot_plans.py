@@ -423,6 +423,24 @@ def test_a_completion_and_a_heartbeat_meet_each_run_once(owner, other_owner, sta
     assert found.rows_handled / batch <= ROWS_PER_RUN_FOUND_BY_ID, found.rows_handled
 
 
+def test_the_jobs_table_keeps_to_the_indexes_every_fire_writes(owner):
+    """Every fire updates its job's row in a new version that each index of
+    jobs_job takes an entry for (next_fire_at is indexed: no update is HOT).
+    These four, and the tag index for tagged jobs only (jobs/migrations/0018:
+    GIN takes an entry for an empty array too): an index added here is a
+    write added to every fire."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'jobs_job'")
+        indexes = dict(cur.fetchall())
+    assert set(indexes) == {
+        "jobs_job_pkey",
+        "job_due_idx",
+        "job_unique_name_per_owner",
+        "job_tags_idx",
+    }
+    assert indexes["job_tags_idx"].endswith("WHERE (NOT (tags = '{}'::character varying(40)[]))")
+
+
 def test_the_reaper_of_exhausted_leases_reads_those_runs_only(owner, other_owner):
     """The dispatcher's housekeeping (runs/outcomes.py FAIL_EXHAUSTED: running
     runs on their last attempt whose lease expired) walks run_exhausted_idx,

@@ -6,12 +6,14 @@ through create, bulk create and update, with nothing written on a refusal."""
 from __future__ import annotations
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
+from core.db import db_now
 from jobs.models import Job, JobEvent
 from runs import job_verbs
 from tests.factories import make_job
 from tests.integration.api.support import PUBLIC_URL
+from tests.plans import explaining
 
 pytestmark = pytest.mark.django_db
 
@@ -54,6 +56,54 @@ def test_repeated_tags_narrow_to_jobs_that_carry_all_of_them(api, owner):
     # Tags are lower-cased on the way in, and so is the filter.
     assert names(api, tag="NIGHTLY") == ["both"]
     assert names(api, tag="absent") == []
+
+
+def untagged_jobs(owner, count: int) -> list[Job]:
+    jobs = [
+        Job(owner=owner, name=f"plain-{n}", interval_seconds=60, url=PUBLIC_URL)
+        for n in range(count)
+    ]
+    Job.create_many(jobs, now=db_now(), changes=[{}] * count)
+    return jobs
+
+
+def test_the_tag_filter_reads_the_tag_index_of_the_tagged_jobs(api, owner):
+    """job_tags_idx holds the tagged jobs only (jobs/migrations/0018); the
+    filter states that condition (JobQuerySet.tagged), or the planner could
+    not use the index and would read every job of the owner."""
+    make_job(owner, name="both", tags=["team:billing", "nightly"])
+    make_job(owner, name="billing-only", tags=["team:billing"])
+    untagged_jobs(owner, 2_000)
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE jobs_job")
+    with explaining(lambda sql: '"tags" @>' in sql) as statements:
+        assert names(api, tag="nightly") == ["both"]
+    assert statements
+    assert all("job_tags_idx" in s.indexes_read() for s in statements), [
+        s.indexes_read() for s in statements
+    ]
+
+
+def test_the_fires_of_untagged_jobs_write_nothing_to_the_tag_index(owner):
+    """Every fire updates its job's row, and a GIN index of every job took an
+    entry for each new row of an untagged job too: the index grew with the
+    fires of jobs that have no tag."""
+
+    def size() -> int:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_relation_size('job_tags_idx')")
+            return cur.fetchone()[0]
+
+    before = size()
+    jobs = untagged_jobs(owner, 2_000)
+    with connection.cursor() as cur:
+        for _ in range(3):
+            cur.execute(
+                "UPDATE jobs_job SET next_fire_at = next_fire_at + interval '1 minute'"
+                " WHERE id = ANY(%s)",
+                [[job.pk for job in jobs]],
+            )
+    assert size() == before
 
 
 def test_search_finds_every_word_in_the_name_url_or_description(api, owner):
