@@ -95,7 +95,7 @@ class Completed:
 # for each run it found, the batch's square (117,000 rows compared for 343
 # runs in a bench, 80 % of the statement's time, the largest share of
 # PostgreSQL's time under overload; tests/integration/test_hot_plans.py "a
-# completion meets each result with its run once"). A result's fields are read
+# completion and a heartbeat meet each run once"). A result's fields are read
 # from the object by the run's id (a binary search of its keys), and the
 # attempt rows take theirs from the update's RETURNING.
 RESULT = "(%(results)s -> r.id::text)"
