@@ -385,6 +385,17 @@ class Run(models.Model):
                 condition=Q(state="running", attempt__lt=F("max_attempts")),
                 name="run_takeover_idx",
             ),
+            # The claims' overlap probe (runs/leases.py ITS_TURN: "is another
+            # run of this job running?"), one job's running runs. Through
+            # run_active_idx the planner expects the job's whole day of runs
+            # (job_id's n_distinct, runs/partitions.py), and PostgreSQL 17
+            # then chose to read the day's partition whole for each probe
+            # beside a few thousand waiting runs (migration 0017).
+            models.Index(
+                fields=["job"],
+                condition=Q(state="running"),
+                name="run_running_job_idx",
+            ),
             # Its counterpart for the dispatcher's housekeeping (runs/outcomes.py
             # FAIL_EXHAUSTED): running runs on their last attempt, the ones whose
             # lapsed lease ends them failed. A handful at most, where the active
