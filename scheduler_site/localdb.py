@@ -96,7 +96,20 @@ def _bin_dir() -> Path:
 
 
 def _bin(name: str) -> str:
-    return str(_bin_dir() / name)
+    """The tool ``name`` of the chosen binaries; a client tool (``psql``,
+    ``createdb``, ``pg_basebackup``...) that they lack is taken from the
+    embedded package, whose version 18 clients speak to every supported
+    server. Some builds of the server ship its three programs only
+    (``initdb``, ``pg_ctl``, ``postgres``), as the ones CI runs for
+    PostgreSQL 16 and 17 do (docs/development.md "The other servers")."""
+    chosen = _bin_dir() / name
+    if chosen.exists() or name in SERVER_PROGRAMS:
+        return str(chosen)
+    return str(_pg_home() / "bin" / name)
+
+
+# The programs of the server itself, which must come from the chosen binaries.
+SERVER_PROGRAMS = frozenset({"initdb", "pg_ctl", "postgres", "pg_controldata"})
 
 
 def socket_dir(data_dir: Path) -> Path:

@@ -505,9 +505,13 @@ def test_behind_a_pooler_every_hot_transaction_turns_jit_off_itself(owner, setti
 
 
 def test_the_session_runs_on_the_server_asked_for():
-    """The second server's tier (Makefile ``test-pg15``) asks for a server with
-    JIT: a session that fell back to the embedded one would prove nothing."""
+    """The other servers' tiers ask for their server: PostgreSQL 15 with JIT
+    (Makefile ``test-pg15``), 16 and 17 by version (``test-pg16``,
+    ``test-pg17``). A session that fell back to the embedded one would prove
+    nothing."""
     server = plans.server()
     if os.environ.get("PUNCTUAL_TEST_REQUIRE_JIT") == "true":
         assert server["jit_available"], server
+    if os.environ.get("PUNCTUAL_TEST_REQUIRE_MAJOR"):
+        assert server["major"] == int(os.environ["PUNCTUAL_TEST_REQUIRE_MAJOR"]), server
     assert server["major"] >= 15, server

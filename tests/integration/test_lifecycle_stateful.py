@@ -22,8 +22,9 @@ After every step:
 - no step raises (the schedule-history guard is checked after every step).
 
 ``PUNCTUAL_STATEFUL_SEEDS=500-624`` runs those sequences instead of 0-499:
-``make test-pg15`` runs 125 others on the second server, so the two servers
-together walk 625 different sequences (docs/development.md "Tests").
+``make test-pg15`` runs 125 others on the second server, and ``make
+test-pg16`` and ``make test-pg17`` 25 others each, so the four servers
+together walk 675 different sequences (docs/development.md "Tests").
 ``PUNCTUAL_STATEFUL_SEED=1234`` runs that one sequence (and prints it);
 ``PUNCTUAL_STATEFUL_KEEP=0,3,7`` keeps only those of its steps (a shrunk
 reproduction); ``PUNCTUAL_STATEFUL_SHRINK=1`` shrinks each failure found.
