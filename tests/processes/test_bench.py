@@ -106,7 +106,15 @@ def test_e2e_overload_scenario_runs_twice_the_load_and_loses_nothing():
     for run, jobs in ((result["at_peak"], 20), (result["at_twice"], 40)):
         expect(run["duplicate_fires"] == 0 and run["lost_fires"] == 0, result)
         expect(sum(run["fires_by_state"].values()) == jobs * 3, result)
-    expect(result["twice_over_peak"] > 0, result)
+    # Every job has fires of the window delivered, in the window or in the
+    # drain after it, so that ratio is a number. The other counts deliveries
+    # started within the 3 s only: on a loaded machine the first run's can all
+    # start after them (seen in CI beside the tiers lane), and then there is
+    # no ratio (None), not a division by zero.
+    expect(result["twice_over_peak_window_fires"] > 0, result)
+    in_window = result["at_peak"]["delivered_in_window_per_s"]
+    expect((result["twice_over_peak"] is None) == (in_window == 0), result)
+    expect(result["twice_over_peak"] is None or result["twice_over_peak"] >= 0, result)
 
 
 def test_e2e_bench_prints_where_its_figures_hold():
