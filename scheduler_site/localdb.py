@@ -109,7 +109,7 @@ def _bin(name: str) -> str:
 
 
 # The programs of the server itself, which must come from the chosen binaries.
-SERVER_PROGRAMS = frozenset({"initdb", "pg_ctl", "postgres", "pg_controldata"})
+SERVER_PROGRAMS = frozenset({"initdb", "pg_ctl", "postgres"})
 
 
 def socket_dir(data_dir: Path) -> Path:
